@@ -1,0 +1,113 @@
+// cgdr: the chunk gated delta rule operator (SPEC sections 1-3, 5-7).
+// Public C++ surface: non-owning tensor views, options, status, plan and run.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cgdr {
+
+enum class DType : uint8_t { kF16, kBF16, kF32, kI32 };
+
+const char* DTypeName(DType t);          // "f16", "bf16", "f32", "i32"
+size_t DTypeSize(DType t);               // bytes per element
+bool ParseDType(const std::string& s, DType* out);
+
+// Non-owning view of a dense row-major tensor. `data == nullptr` marks an
+// absent optional tensor (g, initial_state, final_state).
+struct TensorView {
+  static constexpr int kMaxRank = 4;
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int rank = 0;
+  std::array<int64_t, kMaxRank> shape{};
+
+  TensorView() = default;
+  TensorView(const void* p, DType t, std::initializer_list<int64_t> dims);
+  TensorView(const void* p, DType t, const std::vector<int64_t>& dims);
+  bool present() const { return data != nullptr; }
+  // Element count; saturates at INT64_MAX instead of wrapping (SPEC 3).
+  int64_t numel() const;
+  std::string ShapeString() const;  // "[2, 3, 4]"
+};
+
+enum class StateLayout : uint8_t { kVK, kKV };  // [B,Nv,Dv,Dk] (seeds) or [B,Nv,Dk,Dv] (fla)
+const char* StateLayoutName(StateLayout l);
+
+// Formulation (SPEC 5): chunk size C. kAuto lets the plan pick.
+enum class Algo : uint8_t { kAuto = 0, kRecurrent = 1, kChunk16 = 16, kChunk32 = 32, kChunk64 = 64, kChunk128 = 128 };
+const char* AlgoName(Algo a);  // "auto", "recurrent", "chunk16", ...
+bool ParseAlgo(const std::string& s, Algo* out);
+
+struct Options {
+  double scale = 0.0;            // 0 or NaN means 1/sqrt(Dk)
+  bool use_qk_l2norm = false;    // divide q, k rows by sqrt(sum x^2 + 1e-6)
+  StateLayout state_layout = StateLayout::kVK;
+  Algo algo = Algo::kAuto;       // force a formulation (tests, benchmarks)
+  int threads = 0;               // 0: all hardware threads
+  bool check_values = false;     // NaN/Inf in inputs, g > 0 (SPEC 3)
+  int v_step = 0;                // 0: planner decides; else force V tile width
+};
+
+// The inputs of SPEC 2. Shapes: query/key [T,Nk,Dk], value [T,Nv,Dv],
+// beta [T,Nv], g [T,Nv] (optional), initial_state [B,Nv,Dv,Dk] or kv
+// (optional), seq_lens [B] int32.
+struct Inputs {
+  TensorView query, key, value, beta, g, initial_state, seq_lens;
+};
+// out [T,Nv,Dv] (dtype of query); final_state [B,Nv,...] (optional: absent
+// means the caller does not want it).
+struct Outputs {
+  TensorView out, final_state;
+};
+
+enum class Code : uint8_t { kOk = 0, kInvalidArgument = 1, kResourceExhausted = 2, kInternal = 3 };
+
+class Status {
+ public:
+  Status() = default;
+  Status(Code c, std::string msg) : code_(c), message_(std::move(msg)) {}
+  static Status Ok() { return {}; }
+  static Status Invalid(std::string msg) { return {Code::kInvalidArgument, std::move(msg)}; }
+  bool ok() const { return code_ == Code::kOk; }
+  Code code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  Code code_ = Code::kOk;
+  std::string message_;
+};
+
+// Shapes and options of one call, derived from the views and checked (SPEC 3).
+struct Problem {
+  int64_t T = 0, B = 0, Nk = 0, Nv = 0, Dk = 0, Dv = 0;
+  DType dtype = DType::kF32;        // query/key/value/beta/out
+  bool has_g = false;
+  DType g_dtype = DType::kF32;
+  bool has_initial_state = false;
+  DType state_dtype = DType::kF32;  // initial_state's, else query's
+  bool want_final_state = false;
+  double scale = 0.0;               // resolved (never 0)
+  Options options;
+  std::vector<int64_t> seq_lens;    // copied from the int32 tensor
+};
+
+constexpr int64_t kMaxHeadDim = 256;  // Dk and Dv (SPEC 5: generic path up to 256)
+
+// Checks every shape, dtype, pointer and (if asked) value of SPEC 3 and fills
+// `problem`. Writes nothing anywhere else.
+Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Problem* problem);
+
+struct Plan;  // cgdr/plan.hpp
+
+// Runs the operator: Validate, MakePlan, execute. Nothing is written to any
+// output before validation has passed.
+Status Run(const Inputs& in, const Outputs& out, const Options& opt);
+
+// Name of the SIMD target dispatch will use ("AVX3", "AVX2", "SSE4", "SCALAR").
+std::string ActiveTarget();
+
+}  // namespace cgdr

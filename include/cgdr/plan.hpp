@@ -1,0 +1,63 @@
+// The plan (SPEC 5): everything the kernel relies on, derived from shapes
+// alone, printable, and checked by one function (ARCHITECTURE "Contracts").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cgdr/cgdr.hpp"
+
+namespace cgdr {
+
+// Machine facts and cost-model constants the planner reads (issue 5: a
+// calibration profile; these are the built-in defaults).
+struct MachineProfile {
+  int64_t cache_budget_bytes = 1 << 20;  // per-core working-set budget (seeds' UB budget, 002 s.5)
+  // Relative cost of one multiply-add, per formulation, measured by `cgdr tune`
+  // (index: recurrent, chunk16, chunk32, chunk64). Lower is faster.
+  double state_fma_cost[4] = {2.2, 1.15, 1.0, 1.0};
+  double inchunk_fma_cost[4] = {0.0, 1.6, 1.3, 1.2};
+  std::string source = "built-in defaults";
+};
+
+// One unit of work: value head `head` of sequence `seq`, V columns
+// [v_begin, v_begin + v_width). Items never share an output element.
+struct WorkItem {
+  int64_t seq = 0;
+  int64_t head = 0;
+  int64_t v_begin = 0;
+  int64_t v_width = 0;
+  int64_t token_begin = 0;  // first row of the sequence in T
+  int64_t tokens = 0;       // sequence length
+};
+
+struct Plan {
+  Problem problem;
+  int chunk = 64;            // C; 1 = token-by-token recurrence
+  int dk_bucket = 0;         // 64, 80, 96, 128; 0 = generic
+  int64_t dk_padded = 0;     // K-side panel width the kernel uses
+  int64_t v_step = 0;        // V tile width
+  int64_t v_tiles = 0;       // ceil(Dv / v_step)
+  int threads = 1;
+  std::vector<WorkItem> items;                 // every (seq, head, V tile) with tokens > 0 or state to copy
+  std::vector<std::vector<int64_t>> per_thread;  // indices into items, in execution order
+  int64_t working_set_bytes = 0;               // one item's cache working set
+  int64_t scratch_bytes_per_thread = 0;        // what the kernel may use, and nothing more
+  std::string why;                             // the reasons for the choices, for `cgdr plan`
+};
+
+// Builds the plan from the problem (shapes and options only; no data).
+Status MakePlan(const Problem& problem, const MachineProfile& profile, Plan* plan);
+// Asserts the plan's invariants: budget fits, every (seq, head, V column) is
+// covered exactly once, scratch large enough for the kernel's layout.
+Status CheckPlan(const Plan& plan);
+// One line, like the seeds' CGDR_DEBUG_LOG, plus the reasons.
+std::string PlanToString(const Plan& plan);
+
+// The built-in profile, overridden by the file named in $CGDR_PROFILE or
+// ~/.cache/cgdr/profile.json if present (written by `cgdr tune`). Read once,
+// thread-safe.
+const MachineProfile& DefaultProfile();
+
+}  // namespace cgdr

@@ -1,0 +1,73 @@
+#include "core/dtype.h"
+
+#include <cstring>
+
+namespace cgdr {
+
+const char* DTypeName(DType t) {
+  switch (t) {
+    case DType::kF16: return "f16";
+    case DType::kBF16: return "bf16";
+    case DType::kF32: return "f32";
+    case DType::kI32: return "i32";
+  }
+  return "?";
+}
+
+size_t DTypeSize(DType t) { return (t == DType::kF16 || t == DType::kBF16) ? 2 : 4; }
+
+bool ParseDType(const std::string& s, DType* out) {
+  if (s == "f16" || s == "F16" || s == "float16") { *out = DType::kF16; return true; }
+  if (s == "bf16" || s == "BF16" || s == "bfloat16") { *out = DType::kBF16; return true; }
+  if (s == "f32" || s == "F32" || s == "float32") { *out = DType::kF32; return true; }
+  if (s == "i32" || s == "I32" || s == "int32") { *out = DType::kI32; return true; }
+  return false;
+}
+
+const char* StateLayoutName(StateLayout l) { return l == StateLayout::kVK ? "vk" : "kv"; }
+
+const char* AlgoName(Algo a) {
+  switch (a) {
+    case Algo::kAuto: return "auto";
+    case Algo::kRecurrent: return "recurrent";
+    case Algo::kChunk16: return "chunk16";
+    case Algo::kChunk32: return "chunk32";
+    case Algo::kChunk64: return "chunk64";
+    case Algo::kChunk128: return "chunk128";
+  }
+  return "?";
+}
+
+bool ParseAlgo(const std::string& s, Algo* out) {
+  for (Algo a : {Algo::kAuto, Algo::kRecurrent, Algo::kChunk16, Algo::kChunk32, Algo::kChunk64, Algo::kChunk128}) {
+    if (s == AlgoName(a)) { *out = a; return true; }
+  }
+  if (s == "1") { *out = Algo::kRecurrent; return true; }
+  if (s == "16") { *out = Algo::kChunk16; return true; }
+  if (s == "32") { *out = Algo::kChunk32; return true; }
+  if (s == "64") { *out = Algo::kChunk64; return true; }
+  if (s == "128") { *out = Algo::kChunk128; return true; }
+  return false;
+}
+
+void ConvertToF32(const void* src, DType t, int64_t n, float* dst) {
+  if (t == DType::kF32) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); return; }
+  const auto* h = static_cast<const uint16_t*>(src);
+  if (t == DType::kF16) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(h[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(h[i]);
+  }
+}
+
+void ConvertFromF32(const float* src, int64_t n, DType t, void* dst) {
+  if (t == DType::kF32) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); return; }
+  auto* h = static_cast<uint16_t*>(dst);
+  if (t == DType::kF16) {
+    for (int64_t i = 0; i < n; ++i) h[i] = F32ToF16(src[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) h[i] = F32ToBF16(src[i]);
+  }
+}
+
+}  // namespace cgdr

@@ -1,0 +1,1 @@
+// placeholder: the safetensors reader/writer is being written

@@ -1,0 +1,207 @@
+// The host side of the seeds' design (their op_host tiling): Problem +
+// machine profile -> Plan. Pure arithmetic on shapes; no tensor data.
+#include "cgdr/plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+#include <thread>
+
+#include "plan/scratch_layout.h"
+
+namespace cgdr {
+namespace {
+
+int DkBucket(int64_t dk) {
+  for (int b : {64, 80, 96, 128}) {
+    if (dk <= b) return b;
+  }
+  return 0;  // generic
+}
+
+int ProfileIndex(int chunk) {
+  switch (chunk) {
+    case 1: return 0;
+    case 16: return 1;
+    case 32: return 2;
+    default: return 3;
+  }
+}
+
+// Modelled cost (in relative multiply-add units) of one sequence of `len`
+// tokens for one value head, for chunk size C (SPEC 5, issue 5 "physics").
+double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk, int64_t dv) {
+  const int i = ProfileIndex(chunk);
+  const double state = 3.0 * static_cast<double>(dk * dv) * prof.state_fma_cost[i];
+  if (chunk == 1) return static_cast<double>(len) * state;
+  // In-chunk products per token: ~ C/2 for each of Q K^T, Kb K^T, A Kb (on dk) and
+  // A Vb, P Vnew (on dv); a short tail chunk still pays for its own size only.
+  const double per_token_inchunk = 0.5 * chunk * (3.0 * static_cast<double>(dk) + 2.0 * static_cast<double>(dv));
+  const double fixed_per_chunk = static_cast<double>(chunk) * chunk * chunk / 6.0;  // the inverse
+  const double chunks = std::ceil(static_cast<double>(len) / chunk);
+  return static_cast<double>(len) * (state + per_token_inchunk * prof.inchunk_fma_cost[i]) + chunks * fixed_per_chunk;
+}
+
+int64_t WorkingSetBytes(int chunk, int64_t dk_pad, int64_t w) { return ScratchLayout(chunk, dk_pad, w).bytes(); }
+
+}  // namespace
+
+Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
+  Plan out;
+  out.problem = p;
+  std::ostringstream why;
+
+  out.dk_bucket = DkBucket(p.Dk);
+  out.dk_padded = out.dk_bucket ? out.dk_bucket : RoundUp(p.Dk, kLaneMultiple);
+  why << "bucket " << (out.dk_bucket ? std::to_string(out.dk_bucket) : std::string("generic")) << " for Dk=" << p.Dk
+      << "; ";
+
+  // Threads: the option, else the hardware's.
+  int hw = static_cast<int>(std::thread::hardware_concurrency());
+  out.threads = p.options.threads > 0 ? p.options.threads : std::max(1, hw);
+
+  // Formulation: forced, or the cheapest under the cost model summed over sequences.
+  if (p.options.algo != Algo::kAuto) {
+    out.chunk = static_cast<int>(p.options.algo);
+    why << "C=" << out.chunk << " forced; ";
+  } else {
+    double best = 0.0;
+    std::ostringstream costs;
+    for (int c : {64, 32, 16, 1}) {
+      double cost = 0.0;
+      for (int64_t len : p.seq_lens) cost += ModelCost(prof, c, len, out.dk_padded, p.Dv);
+      costs << (c == 64 ? "" : " ") << "C" << c << "=" << cost;
+      if (c == 64 || cost < best) {
+        best = cost;
+        out.chunk = c;
+      }
+    }
+    why << "C=" << out.chunk << " cheapest by model (" << costs.str() << "; profile: " << prof.source << "); ";
+  }
+
+  // V tile width: all of Dv if it fits the cache budget; narrower tiles only
+  // to fit, or when (sequence, head) items are fewer than threads (seeds 001 s.4).
+  int64_t w = RoundUp(p.Dv, kLaneMultiple);
+  if (p.options.v_step > 0) {
+    w = p.options.v_step;
+    why << "vStep=" << w << " forced; ";
+  } else {
+    while (w > kLaneMultiple && WorkingSetBytes(out.chunk, out.dk_padded, w) > prof.cache_budget_bytes) {
+      w = RoundUp(w / 2, kLaneMultiple);
+    }
+    int64_t busy_items = 0;
+    for (int64_t len : p.seq_lens) busy_items += len > 0 ? p.Nv : 0;
+    if (busy_items > 0 && busy_items < out.threads) {
+      const int64_t tiles_wanted = (out.threads + busy_items - 1) / busy_items;
+      const int64_t split_w = RoundUp((p.Dv + tiles_wanted - 1) / tiles_wanted, kLaneMultiple);
+      if (split_w < w) {
+        w = std::max<int64_t>(split_w, kLaneMultiple);
+        why << "V split for " << out.threads << " threads over " << busy_items << " items; ";
+      }
+    }
+    w = std::min(w, p.Dv);
+  }
+  out.v_step = w;
+  out.v_tiles = (p.Dv + w - 1) / w;
+  out.working_set_bytes = WorkingSetBytes(out.chunk, out.dk_padded, w);
+  out.scratch_bytes_per_thread = out.working_set_bytes;
+  why << "vStep=" << w << " (" << out.v_tiles << " tiles, working set " << out.working_set_bytes << " B of "
+      << prof.cache_budget_bytes << " B budget)";
+
+  // Work items in (sequence, head, tile) order.
+  int64_t t0 = 0;
+  for (int64_t b = 0; b < p.B; ++b) {
+    const int64_t len = p.seq_lens[b];
+    for (int64_t h = 0; h < p.Nv; ++h) {
+      for (int64_t v0 = 0; v0 < p.Dv; v0 += w) {
+        out.items.push_back(WorkItem{b, h, v0, std::min(w, p.Dv - v0), t0, len});
+      }
+    }
+    t0 += len;
+  }
+
+  // Balance by tokens (seeds' avgload, but greedy longest-first so one long
+  // sequence does not strand a thread). Ties broken by index: deterministic.
+  const int nthreads = out.threads;
+  std::vector<int64_t> order(out.items.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto cost = [&](int64_t i) { return (out.items[i].tokens + 1) * out.items[i].v_width; };
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cost(a) > cost(b); });
+  std::vector<int64_t> load(static_cast<size_t>(nthreads), 0);
+  out.per_thread.assign(static_cast<size_t>(nthreads), {});
+  for (int64_t i : order) {
+    const auto t = std::min_element(load.begin(), load.end()) - load.begin();
+    load[t] += cost(i);
+    out.per_thread[t].push_back(i);
+  }
+  for (auto& list : out.per_thread) std::sort(list.begin(), list.end());
+
+  out.why = why.str();
+  *plan = std::move(out);
+  return CheckPlan(*plan);
+}
+
+Status CheckPlan(const Plan& plan) {
+  const Problem& p = plan.problem;
+  auto fail = [](const std::string& m) { return Status(Code::kInternal, "plan invariant violated: " + m); };
+  if (!(plan.chunk == 1 || plan.chunk == 16 || plan.chunk == 32 || plan.chunk == 64 || plan.chunk == 128)) {
+    return fail("chunk size " + std::to_string(plan.chunk));
+  }
+  if (plan.dk_padded < p.Dk || plan.dk_padded % kLaneMultiple != 0) return fail("dk_padded " + std::to_string(plan.dk_padded));
+  if (plan.dk_bucket != 0 && plan.dk_bucket != plan.dk_padded) return fail("bucket/dk_padded mismatch");
+  if (plan.v_step < 1 || plan.v_step > kMaxHeadDim) return fail("v_step " + std::to_string(plan.v_step));
+  if (plan.threads < 1 || static_cast<int>(plan.per_thread.size()) != plan.threads) return fail("thread lists");
+  if (plan.scratch_bytes_per_thread < ScratchLayout(plan.chunk, plan.dk_padded, plan.v_step).bytes()) {
+    return fail("scratch smaller than the kernel's layout");
+  }
+  // Coverage: every (seq, head, v column) exactly once; tokens match seq_lens.
+  std::vector<int32_t> covered(static_cast<size_t>(p.B * p.Nv * p.Dv), 0);
+  std::vector<int32_t> scheduled(plan.items.size(), 0);
+  for (const auto& list : plan.per_thread) {
+    for (int64_t i : list) {
+      if (i < 0 || i >= static_cast<int64_t>(plan.items.size())) return fail("item index out of range");
+      ++scheduled[static_cast<size_t>(i)];
+    }
+  }
+  int64_t t0 = 0;
+  std::vector<int64_t> starts(static_cast<size_t>(p.B));
+  for (int64_t b = 0; b < p.B; ++b) { starts[b] = t0; t0 += p.seq_lens[b]; }
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const WorkItem& it = plan.items[i];
+    if (scheduled[i] != 1) return fail("item " + std::to_string(i) + " scheduled " + std::to_string(scheduled[i]) + " times");
+    if (it.seq < 0 || it.seq >= p.B || it.head < 0 || it.head >= p.Nv) return fail("item outside the problem");
+    if (it.v_begin < 0 || it.v_width < 1 || it.v_width > plan.v_step || it.v_begin + it.v_width > p.Dv) {
+      return fail("item V range");
+    }
+    if (it.tokens != p.seq_lens[it.seq] || it.token_begin != starts[it.seq]) return fail("item tokens");
+    for (int64_t v = it.v_begin; v < it.v_begin + it.v_width; ++v) ++covered[(it.seq * p.Nv + it.head) * p.Dv + v];
+  }
+  for (int32_t c : covered) {
+    if (c != 1) return fail("an output column is covered " + std::to_string(c) + " times");
+  }
+  return Status::Ok();
+}
+
+std::string PlanToString(const Plan& plan) {
+  const Problem& p = plan.problem;
+  std::ostringstream os;
+  os << "CGDR_PLAN T=" << p.T << " B=" << p.B << " Nk=" << p.Nk << " Nv=" << p.Nv << " Dk=" << p.Dk << " Dv=" << p.Dv
+     << " dtype=" << DTypeName(p.dtype) << " chunk=" << plan.chunk << " algo="
+     << (plan.chunk == 1 ? "recurrent" : "chunk" + std::to_string(plan.chunk))
+     << " bucket=" << (plan.dk_bucket ? std::to_string(plan.dk_bucket) : std::string("generic"))
+     << " dk_padded=" << plan.dk_padded << " vStep=" << plan.v_step << " vTiles=" << plan.v_tiles
+     << " items=" << plan.items.size() << " threads=" << plan.threads
+     << " scratch_per_thread=" << plan.scratch_bytes_per_thread << " target=" << ActiveTarget() << "\n";
+  os << "why: " << plan.why << "\n";
+  for (size_t t = 0; t < plan.per_thread.size(); ++t) {
+    int64_t tokens = 0;
+    for (int64_t i : plan.per_thread[t]) {
+      tokens += plan.items[i].tokens * plan.items[i].v_width;
+    }
+    os << "thread " << t << ": " << plan.per_thread[t].size() << " items, " << tokens << " token-columns\n";
+  }
+  return os.str();
+}
+
+}  // namespace cgdr

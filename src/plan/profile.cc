@@ -1,0 +1,52 @@
+// The calibration profile the planner's cost model reads (issue 5): built-in
+// defaults, overridden by a JSON file written by `cgdr tune`. Loaded once
+// (function-local static: thread-safe initialisation), never mutated after.
+#include <cstdlib>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cgdr/plan.hpp"
+
+namespace cgdr {
+namespace {
+
+std::string ProfilePath() {
+  if (const char* p = std::getenv("CGDR_PROFILE")) return p;
+  if (const char* home = std::getenv("HOME")) return std::string(home) + "/.cache/cgdr/profile.json";
+  return {};
+}
+
+MachineProfile LoadProfile() {
+  MachineProfile prof;
+  const std::string path = ProfilePath();
+  if (path.empty()) return prof;
+  std::ifstream f(path);
+  if (!f) return prof;
+  try {
+    const auto j = nlohmann::json::parse(f);
+    MachineProfile read = prof;
+    read.cache_budget_bytes = j.value("cache_budget_bytes", prof.cache_budget_bytes);
+    const auto& sc = j.at("state_fma_cost");
+    const auto& ic = j.at("inchunk_fma_cost");
+    for (int i = 0; i < 4; ++i) {
+      read.state_fma_cost[i] = sc.at(i).get<double>();
+      read.inchunk_fma_cost[i] = ic.at(i).get<double>();
+      if (!(read.state_fma_cost[i] > 0.0) || !(read.inchunk_fma_cost[i] >= 0.0)) return prof;
+    }
+    if (read.cache_budget_bytes < (64 << 10)) return prof;
+    read.source = path;
+    return read;
+  } catch (const std::exception&) {
+    return prof;  // a broken profile falls back to the defaults; `cgdr plan` shows which was used
+  }
+}
+
+}  // namespace
+
+const MachineProfile& DefaultProfile() {
+  static const MachineProfile profile = LoadProfile();
+  return profile;
+}
+
+}  // namespace cgdr

@@ -1,0 +1,62 @@
+// The carve-up of one thread's scratch buffer. Planner and kernel both derive
+// it from the same four numbers, so the planner's byte count and the kernel's
+// use cannot drift apart (the seeds' UB accounting missed a buffer: 002 s.5).
+#pragma once
+
+#include <cstdint>
+
+namespace cgdr {
+
+constexpr int64_t kScratchAlignFloats = 16;  // 64-byte alignment of every panel
+constexpr int64_t kLaneMultiple = 16;        // widths padded for the widest vector (16 f32)
+
+inline int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+struct ScratchLayout {
+  // Panel widths (floats): K side padded to dk_pad, V side to w_pad, chunk to c_pad.
+  int64_t c = 0, c_pad = 0, dk_pad = 0, w_pad = 0;
+  // Offsets in floats from the (64-byte aligned) base.
+  int64_t state = 0;    // [dk_pad][w_pad]   S tile, FP32 between chunks
+  int64_t q = 0;        // [c][dk_pad]       Q rows (normalised), then scale*e^G*Q
+  int64_t k = 0;        // [c][dk_pad]       K rows (normalised)
+  int64_t kb = 0;       // [c][dk_pad]       beta*K, then e^G*beta*K
+  int64_t kcd = 0;      // [c][dk_pad]       A e^G Kb
+  int64_t kt = 0;       // [dk_pad][c_pad]   K^T, then (e^(G_last-G) K)^T
+  int64_t attn = 0;     // [c][c_pad]        L, then A = (I+L)^-1
+  int64_t qk = 0;       // [c][c_pad]        P = masked scaled decayed Q K^T
+  int64_t tmp = 0;      // [c][c_pad]        blocked-inverse temporaries
+  int64_t vb = 0;       // [c][w_pad]        beta*V, then U = A Vb, then Vnew
+  int64_t o = 0;        // [c][w_pad]        output rows of the tile
+  int64_t vec = 0;      // [8][c_pad]        g, G, e^G, beta, e^(G_last-G), ...
+  int64_t total = 0;    // floats
+
+  ScratchLayout() = default;
+  ScratchLayout(int64_t chunk, int64_t dk_padded, int64_t v_width) {
+    c = chunk;
+    c_pad = RoundUp(chunk, kLaneMultiple);
+    dk_pad = dk_padded;
+    w_pad = RoundUp(v_width, kLaneMultiple);
+    int64_t at = 0;
+    auto take = [&at](int64_t n) {
+      const int64_t off = at;
+      at += RoundUp(n, kScratchAlignFloats);
+      return off;
+    };
+    state = take(dk_pad * w_pad);
+    q = take(c * dk_pad);
+    k = take(c * dk_pad);
+    kb = take(c * dk_pad);
+    kcd = take(c * dk_pad);
+    kt = take(dk_pad * c_pad);
+    attn = take(c * c_pad);
+    qk = take(c * c_pad);
+    tmp = take(c * c_pad);
+    vb = take(c * w_pad);
+    o = take(c * w_pad);
+    vec = take(8 * c_pad);
+    total = at;
+  }
+  int64_t bytes() const { return total * 4 + 64; }  // +64: alignment slack of the base
+};
+
+}  // namespace cgdr

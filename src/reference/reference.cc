@@ -1,0 +1,90 @@
+#include "reference/reference.h"
+
+#include <cmath>
+
+#include "core/dtype.h"
+
+namespace cgdr {
+namespace {
+
+// Row `row` of a [rows, n] float tensor in FP64, optionally l2-normalised (SPEC 1).
+std::vector<double> Row(const TensorView& t, int64_t row, int64_t n, bool l2norm) {
+  std::vector<double> r(static_cast<size_t>(n));
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    r[i] = LoadAsF32(t.data, t.dtype, row * n + i);
+    ss += r[i] * r[i];
+  }
+  if (l2norm) {
+    const double inv = 1.0 / std::sqrt(ss + 1e-6);
+    for (double& x : r) x *= inv;
+  }
+  return r;
+}
+
+bool Wanted(const std::vector<int64_t>& heads, int64_t h) {
+  if (heads.empty()) return true;
+  for (int64_t x : heads) if (x == h) return true;
+  return false;
+}
+
+}  // namespace
+
+void ReferenceRun(const Inputs& in, const Problem& p, ReferenceResult* res, const std::vector<int64_t>& heads) {
+  const int64_t Dk = p.Dk, Dv = p.Dv, group = p.Nv / p.Nk;
+  const bool kv = p.options.state_layout == StateLayout::kKV;
+  res->out.assign(static_cast<size_t>(p.T * p.Nv * Dv), 0.0);
+  res->final_state.assign(static_cast<size_t>(p.B * p.Nv * Dk * Dv), 0.0);
+  std::vector<double> S(static_cast<size_t>(Dk * Dv));  // S[k * Dv + v]
+  int64_t t0 = 0;
+  for (int64_t b = 0; b < p.B; ++b) {
+    const int64_t len = p.seq_lens[b];
+    for (int64_t h = 0; h < p.Nv; ++h) {
+      if (!Wanted(heads, h)) continue;
+      const int64_t hk = h / group;
+      const int64_t sbase = (b * p.Nv + h) * Dk * Dv;
+      for (int64_t k = 0; k < Dk; ++k)
+        for (int64_t v = 0; v < Dv; ++v)
+          S[k * Dv + v] = in.initial_state.present()
+                              ? LoadAsF32(in.initial_state.data, in.initial_state.dtype,
+                                          sbase + (kv ? k * Dv + v : v * Dk + k))
+                              : 0.0;
+      for (int64_t t = t0; t < t0 + len; ++t) {
+        const auto q = Row(in.query, t * p.Nk + hk, Dk, p.options.use_qk_l2norm);
+        const auto kk = Row(in.key, t * p.Nk + hk, Dk, p.options.use_qk_l2norm);
+        const auto v = Row(in.value, t * p.Nv + h, Dv, false);
+        const double beta = LoadAsF32(in.beta.data, in.beta.dtype, t * p.Nv + h);
+        const double decay = in.g.present() ? std::exp(static_cast<double>(LoadAsF32(in.g.data, in.g.dtype, t * p.Nv + h))) : 1.0;
+        for (double& s : S) s *= decay;
+        for (int64_t j = 0; j < Dv; ++j) {
+          double stk = 0.0;
+          for (int64_t i = 0; i < Dk; ++i) stk += S[i * Dv + j] * kk[i];
+          const double u = beta * (v[j] - stk);
+          for (int64_t i = 0; i < Dk; ++i) S[i * Dv + j] += kk[i] * u;
+          double o = 0.0;
+          for (int64_t i = 0; i < Dk; ++i) o += S[i * Dv + j] * q[i];
+          res->out[(t * p.Nv + h) * Dv + j] = p.scale * o;
+        }
+      }
+      for (int64_t k = 0; k < Dk; ++k)
+        for (int64_t v = 0; v < Dv; ++v) res->final_state[sbase + (kv ? k * Dv + v : v * Dk + k)] = S[k * Dv + v];
+    }
+    t0 += len;
+  }
+}
+
+double RelativeError(const TensorView& x, const std::vector<double>& ref, int64_t Nv, const std::vector<int64_t>& heads) {
+  const int64_t n = static_cast<int64_t>(ref.size());
+  const int64_t per_head_block = x.numel() > 0 && x.shape[0] > 0 ? n / (x.shape[0] * Nv) : 0;  // inner size
+  double num = 0.0, den = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!heads.empty() && per_head_block > 0 && !Wanted(heads, (i / per_head_block) % Nv)) continue;
+    const double d = static_cast<double>(LoadAsF32(x.data, x.dtype, i)) - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+  }
+  if (den == 0.0) return std::sqrt(num);
+  return std::sqrt(num / den);
+}
+
+}  // namespace cgdr

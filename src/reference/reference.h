@@ -1,0 +1,27 @@
+// The judge: SPEC section 1 token by token in FP64, deliberately simple.
+// Used by tests, the demo and the bench's error column; never by Run().
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cgdr/cgdr.hpp"
+
+namespace cgdr {
+
+struct ReferenceResult {
+  std::vector<double> out;          // [T, Nv, Dv]
+  std::vector<double> final_state;  // [B, Nv, ...] in the problem's state layout
+};
+
+// Runs the recurrence for the value heads listed in `heads` (all when empty);
+// entries of other heads stay 0. `in` must have passed Validate into `p`.
+void ReferenceRun(const Inputs& in, const Problem& p, ReferenceResult* result, const std::vector<int64_t>& heads = {});
+
+// ||x - ref||_F / ||ref||_F over the entries of the listed heads (all if empty),
+// x read from a tensor of any float dtype with the same layout as ref.
+// `head_stride_outer`/`inner` describe where the head index sits: the tensor is
+// viewed as [outer, Nv, inner].
+double RelativeError(const TensorView& x, const std::vector<double>& ref, int64_t Nv, const std::vector<int64_t>& heads = {});
+
+}  // namespace cgdr
