@@ -1,0 +1,49 @@
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include "kernels/kernels.h"
+
+namespace cgdr::testing {
+
+double Spec6Limit(const std::vector<double>& ref, DType t) {
+  if (t == DType::kF32) return 2e-5;
+  // "within 2x the error of rounding the FP64 answer itself to that dtype",
+  // plus the f32 allowance for the computation itself.
+  return 2.0 * RoundingError(ref, t) + 2e-5;
+}
+
+Errors RunAndCompare(Case& c, const Options& opt) {
+  Errors e;
+  Inputs in = c.inputs();
+  Outputs out = c.outputs();
+  const Status s = Run(in, out, opt);
+  EXPECT_TRUE(s.ok()) << s.message();
+  if (!s.ok()) return e;
+  Problem p;
+  EXPECT_TRUE(Validate(in, out, opt, &p).ok());
+  ReferenceResult ref;
+  ReferenceRun(in, p, &ref);
+  e.out = RelativeError(out.out, ref.out, p.Nv);
+  e.out_limit = Spec6Limit(ref.out, out.out.dtype);
+  if (out.final_state.present()) {
+    e.state = RelativeError(out.final_state, ref.final_state, p.Nv);
+    e.state_limit = Spec6Limit(ref.final_state, out.final_state.dtype);
+  }
+  return e;
+}
+
+void ForEachTarget(const std::function<void(const std::string&)>& fn) {
+  const int64_t targets = CompiledTargets() & hwy::SupportedTargets();
+  for (int64_t bits = targets; bits != 0; bits &= bits - 1) {
+    const int64_t target = bits & -bits;
+    hwy::SetSupportedTargetsForTest(target);
+    fn(hwy::TargetName(target));
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+std::vector<Algo> AllAlgos() { return {Algo::kRecurrent, Algo::kChunk16, Algo::kChunk32, Algo::kChunk64}; }
+
+}  // namespace cgdr::testing

@@ -1,51 +1,213 @@
-// TEMPORARY scalar stand-in so the tree links while the Highway kernel is written.
-#include "kernels/kernels.h"
+// The driver: walks the plan's work items on the plan's threads, once for
+// every formulation and bucket (the seeds duplicated ProcessHead and
+// ProcessHeadVTile; here one item loop serves both). Compiled once per
+// Highway target; the best one the CPU supports is picked at run time.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/kernels.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <omp.h>
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
-#include "core/dtype.h"
+#include "hwy/aligned_allocator.h"
+#include "hwy/highway.h"
+#include "kernels/chunk-inl.h"
+#include "kernels/gemm-inl.h"
+#include "kernels/kernels.h"
+#include "kernels/kside-inl.h"
+#include "kernels/load-inl.h"
+#include "kernels/recurrent-inl.h"
+#include "plan/scratch_layout.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace cgdr {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
 
-int64_t CompiledTargets() { return 0; }
-std::string ActiveTarget() { return "SCALAR-STUB"; }
+// Address of element `index` of a tensor (64-bit offsets throughout: SPEC 3).
+inline const void* At(const TensorView& t, int64_t index) {
+  return static_cast<const uint8_t*>(t.data) + index * static_cast<int64_t>(DTypeSize(t.dtype));
+}
+inline void* AtMut(const TensorView& t, int64_t index) {
+  return static_cast<uint8_t*>(t.data) + index * static_cast<int64_t>(DTypeSize(t.dtype));
+}
 
-Status Execute(const Plan& plan, const Inputs& in, const Outputs& outs) {
-  const Problem& p = plan.problem;
-  const int64_t Dk = p.Dk, Dv = p.Dv, group = p.Nv / p.Nk;
-  const bool kv = p.options.state_layout == StateLayout::kKV;
-  std::vector<float> S(Dk * Dv), q(Dk), k(Dk);
-  for (const WorkItem& it : plan.items) {
-    const int64_t b = it.seq, h = it.head, hk = h / group, sbase = (b * p.Nv + h) * Dk * Dv;
-    for (int64_t i = 0; i < Dk; ++i)
-      for (int64_t j = 0; j < Dv; ++j)
-        S[i * Dv + j] = in.initial_state.present() ? LoadAsF32(in.initial_state.data, in.initial_state.dtype, sbase + (kv ? i * Dv + j : j * Dk + i)) : 0.f;
-    for (int64_t t = it.token_begin; t < it.token_begin + it.tokens; ++t) {
-      float nq = 0, nk = 0;
-      for (int64_t i = 0; i < Dk; ++i) {
-        q[i] = LoadAsF32(in.query.data, in.query.dtype, (t * p.Nk + hk) * Dk + i);
-        k[i] = LoadAsF32(in.key.data, in.key.dtype, (t * p.Nk + hk) * Dk + i);
-        nq += q[i] * q[i]; nk += k[i] * k[i];
-      }
-      if (p.options.use_qk_l2norm) for (int64_t i = 0; i < Dk; ++i) { q[i] /= std::sqrt(nq + 1e-6f); k[i] /= std::sqrt(nk + 1e-6f); }
-      const float beta = LoadAsF32(in.beta.data, in.beta.dtype, t * p.Nv + h);
-      const float a = p.has_g ? std::exp(LoadAsF32(in.g.data, in.g.dtype, t * p.Nv + h)) : 1.f;
-      for (int64_t j = it.v_begin; j < it.v_begin + it.v_width; ++j) {
-        float sk = 0;
-        for (int64_t i = 0; i < Dk; ++i) { S[i * Dv + j] *= a; sk += S[i * Dv + j] * k[i]; }
-        const float u = beta * (LoadAsF32(in.value.data, in.value.dtype, (t * p.Nv + h) * Dv + j) - sk);
-        float o = 0;
-        for (int64_t i = 0; i < Dk; ++i) { S[i * Dv + j] += k[i] * u; o += S[i * Dv + j] * q[i]; }
-        StoreFromF32(outs.out.data, outs.out.dtype, (t * p.Nv + h) * Dv + j, static_cast<float>(p.scale) * o);
-      }
+// Everything one work item reads, resolved once.
+struct ItemView {
+  const Problem* p;
+  const Inputs* in;
+  const Outputs* out;
+  const WorkItem* it;
+  int64_t hk;          // query/key head of value head it->head (grouped heads)
+  int64_t state_base;  // element offset of state (seq, head)
+};
+
+// S tile [dk_pad x w_pad] from initial_state (zero when absent); zero padding.
+HWY_INLINE void LoadStateTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base) {
+  const Problem& p = *iv.p;
+  const WorkItem& it = *iv.it;
+  float* S = base + L.state;
+  for (int64_t i = 0; i < L.dk_pad * L.w_pad; ++i) S[i] = 0.0f;
+  const TensorView& init = iv.in->initial_state;
+  if (!init.present()) return;
+  if (p.options.state_layout == StateLayout::kKV) {
+    for (int64_t r = 0; r < p.Dk; ++r) LoadRow(At(init, iv.state_base + r * p.Dv + it.v_begin), init.dtype, it.v_width, S + r * L.w_pad, L.w_pad);
+  } else {
+    float* line = base + L.line;
+    for (int64_t j = 0; j < it.v_width; ++j) {
+      LoadRow(At(init, iv.state_base + (it.v_begin + j) * p.Dk), init.dtype, p.Dk, line, p.Dk);
+      for (int64_t r = 0; r < p.Dk; ++r) S[r * L.w_pad + j] = line[r];
     }
-    if (outs.final_state.present())
-      for (int64_t i = 0; i < Dk; ++i)
-        for (int64_t j = it.v_begin; j < it.v_begin + it.v_width; ++j)
-          StoreFromF32(outs.final_state.data, outs.final_state.dtype, sbase + (kv ? i * Dv + j : j * Dk + i), S[i * Dv + j]);
+  }
+}
+
+// The FP32 state is rounded to the output dtype once, here (seeds 003 s.2).
+HWY_INLINE void StoreStateTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base) {
+  const Problem& p = *iv.p;
+  const WorkItem& it = *iv.it;
+  const TensorView& fin = iv.out->final_state;
+  if (!fin.present()) return;
+  const float* S = base + L.state;
+  if (p.options.state_layout == StateLayout::kKV) {
+    for (int64_t r = 0; r < p.Dk; ++r) StoreRow(S + r * L.w_pad, it.v_width, fin.dtype, AtMut(fin, iv.state_base + r * p.Dv + it.v_begin));
+  } else {
+    float* line = base + L.line;
+    for (int64_t j = 0; j < it.v_width; ++j) {
+      for (int64_t r = 0; r < p.Dk; ++r) line[r] = S[r * L.w_pad + j];
+      StoreRow(line, p.Dk, fin.dtype, AtMut(fin, iv.state_base + (it.v_begin + j) * p.Dk));
+    }
+  }
+}
+
+// Rows [t, t + n) of q, k (normalised if asked), the V tile, beta and g into
+// the chunk panels.
+HWY_INLINE void LoadChunk(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t, int64_t n) {
+  const Problem& p = *iv.p;
+  const Inputs& in = *iv.in;
+  const int64_t h = iv.it->head;
+  ChunkVectors cv(base + L.vec, L.c_pad);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = t + i;
+    float* q = base + L.q + i * L.dk_pad;
+    float* k = base + L.k + i * L.dk_pad;
+    LoadRow(At(in.query, (row * p.Nk + iv.hk) * p.Dk), in.query.dtype, p.Dk, q, L.dk_pad);
+    LoadRow(At(in.key, (row * p.Nk + iv.hk) * p.Dk), in.key.dtype, p.Dk, k, L.dk_pad);
+    if (p.options.use_qk_l2norm) {
+      L2NormalizeRow(q, p.Dk);
+      L2NormalizeRow(k, p.Dk);
+    }
+    LoadRow(At(in.value, (row * p.Nv + h) * p.Dv + iv.it->v_begin), in.value.dtype, iv.it->v_width,
+            base + L.vb + i * L.w_pad, L.w_pad);
+    cv.beta[i] = LoadAsF32(in.beta.data, in.beta.dtype, row * p.Nv + h);
+    cv.g[i] = p.has_g ? LoadAsF32(in.g.data, in.g.dtype, row * p.Nv + h) : 0.0f;
+  }
+}
+
+HWY_INLINE void StoreOutputRows(const ItemView& iv, const ScratchLayout& L, const float* HWY_RESTRICT o, int64_t t, int64_t n) {
+  const Problem& p = *iv.p;
+  for (int64_t i = 0; i < n; ++i) {
+    StoreRow(o + i * L.w_pad, iv.it->v_width, iv.out->out.dtype,
+             AtMut(iv.out->out, ((t + i) * p.Nv + iv.it->head) * p.Dv + iv.it->v_begin));
+  }
+}
+
+// C = 1: the recurrence token by token.
+HWY_INLINE void RunRecurrent(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float scale) {
+  const int64_t t_end = iv.it->token_begin + iv.it->tokens;
+  ChunkVectors cv(base + L.vec, L.c_pad);
+  for (int64_t t = iv.it->token_begin; t < t_end; ++t) {
+    LoadChunk(iv, L, base, t, 1);
+    RecurrentToken(base + L.state, L.dk_pad, L.w_pad, base + L.q, base + L.k, base + L.vb, cv.beta[0],
+                   std::exp(cv.g[0]), scale, base + L.o);
+    StoreOutputRows(iv, L, base + L.o, t, 1);
+  }
+}
+
+// C = 16 .. 128: the chunked algorithm of SPEC 4.
+HWY_INLINE void RunChunked(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float scale) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t t_end = iv.it->token_begin + iv.it->tokens;
+  ChunkVectors cv(base + L.vec, L.c_pad);
+  for (int64_t t = iv.it->token_begin; t < t_end; t += L.c) {
+    const int64_t n = std::min<int64_t>(L.c, t_end - t);
+    LoadChunk(iv, L, base, t, n);
+    PrepareKSide(L, base, n, scale);
+    for (int64_t i = 0; i < n; ++i) {  // Vb = diag(beta) V
+      float* row = base + L.vb + i * L.w_pad;
+      const auto b = hn::Set(d, cv.beta[i]);
+      for (int64_t c = 0; c < L.w_pad; c += N) hn::Store(hn::Mul(b, hn::Load(d, row + c)), d, row + c);
+    }
+    ChunkVSide(L, base, n);
+    StoreOutputRows(iv, L, base + L.o, t, n);
+  }
+}
+
+HWY_INLINE void RunItem(const Plan& plan, const Inputs& in, const Outputs& out, const WorkItem& it, const ScratchLayout& L,
+                        float* HWY_RESTRICT base) {
+  const Problem& p = plan.problem;
+  const ItemView iv{&p, &in, &out, &it, it.head / (p.Nv / p.Nk), (it.seq * p.Nv + it.head) * p.Dk * p.Dv};
+  const float scale = static_cast<float>(p.scale);
+  LoadStateTile(iv, L, base);
+  if (plan.chunk == 1) {
+    RunRecurrent(iv, L, base, scale);
+  } else {
+    RunChunked(iv, L, base, scale);
+  }
+  StoreStateTile(iv, L, base);
+}
+
+Status ExecuteImpl(const Plan& plan, const Inputs& in, const Outputs& out) {
+  const ScratchLayout L(plan.chunk, plan.dk_padded, plan.v_step);
+  if (L.bytes() > plan.scratch_bytes_per_thread) {
+    return Status(Code::kInternal, "kernel scratch layout exceeds the plan's scratch_bytes_per_thread");
+  }
+  // All scratch is allocated before any output is written: an allocation
+  // failure leaves the outputs untouched.
+  std::vector<hwy::AlignedFreeUniquePtr<float[]>> scratch;
+  scratch.reserve(static_cast<size_t>(plan.threads));
+  for (int t = 0; t < plan.threads; ++t) {
+    if (plan.per_thread[t].empty()) {
+      scratch.emplace_back(nullptr, hwy::AlignedFreer(nullptr, nullptr));
+      continue;
+    }
+    scratch.push_back(hwy::AllocateAligned<float>(static_cast<size_t>(L.total)));
+    if (!scratch.back()) return Status(Code::kResourceExhausted, "cannot allocate kernel scratch (" + std::to_string(L.bytes()) + " bytes per thread)");
+  }
+#pragma omp parallel num_threads(plan.threads)
+  {
+    // OpenMP may grant fewer threads than asked: each runs every list t with
+    // t = id (mod granted), so all lists run and results do not change.
+    const int granted = omp_get_num_threads();
+    for (int t = omp_get_thread_num(); t < plan.threads; t += granted) {
+      for (int64_t i : plan.per_thread[t]) RunItem(plan, in, out, plan.items[i], L, scratch[t].get());
+    }
   }
   return Status::Ok();
 }
 
+}  // namespace HWY_NAMESPACE
 }  // namespace cgdr
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace cgdr {
+
+HWY_EXPORT(ExecuteImpl);
+
+Status Execute(const Plan& plan, const Inputs& in, const Outputs& out) {
+  return HWY_DYNAMIC_DISPATCH(ExecuteImpl)(plan, in, out);
+}
+
+int64_t CompiledTargets() { return HWY_TARGETS; }
+
+std::string ActiveTarget() {
+  const int64_t usable = hwy::SupportedTargets() & HWY_TARGETS;
+  return usable ? hwy::TargetName(usable & -usable) : "none";
+}
+
+}  // namespace cgdr
+#endif  // HWY_ONCE

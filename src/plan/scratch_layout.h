@@ -25,9 +25,11 @@ struct ScratchLayout {
   int64_t attn = 0;     // [c][c_pad]        L, then A = (I+L)^-1
   int64_t qk = 0;       // [c][c_pad]        P = masked scaled decayed Q K^T
   int64_t tmp = 0;      // [c][c_pad]        blocked-inverse temporaries
-  int64_t vb = 0;       // [c][w_pad]        beta*V, then U = A Vb, then Vnew
+  int64_t vb = 0;       // [c][w_pad]        beta*V
+  int64_t vnew = 0;     // [c][w_pad]        Vnew = A Vb - Kcd S
   int64_t o = 0;        // [c][w_pad]        output rows of the tile
   int64_t vec = 0;      // [8][c_pad]        g, G, e^G, beta, e^(G_last-G), ...
+  int64_t line = 0;     // [max(dk_pad, w_pad)] one state row in transit (layout vk)
   int64_t total = 0;    // floats
 
   ScratchLayout() = default;
@@ -52,8 +54,10 @@ struct ScratchLayout {
     qk = take(c * c_pad);
     tmp = take(c * c_pad);
     vb = take(c * w_pad);
+    vnew = take(c * w_pad);
     o = take(c * w_pad);
     vec = take(8 * c_pad);
+    line = take(dk_pad > w_pad ? dk_pad : w_pad);
     total = at;
   }
   int64_t bytes() const { return total * 4 + 64; }  // +64: alignment slack of the base

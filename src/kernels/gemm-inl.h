@@ -1,0 +1,147 @@
+// Register-blocked FP32 micro-kernels: the CPU analogue of the seeds' Cube
+// Mmad (SPEC 9). Every product of the chunked step is one call of Gemm():
+//   C[i, :] = init(i) + sum over segments s of (+/-) sum_k A_s[i, k] * B_s[k, :]
+// vectorised along the columns of C. Each element is one FMA chain in a fixed
+// order (segments, then k ascending) whatever the blocking, so results do not
+// depend on the V tile width or the thread count (SPEC 5: bitwise identical).
+//
+// Per-target code: included once per Highway target by kernels.cc.
+#if defined(CGDR_KERNELS_GEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef CGDR_KERNELS_GEMM_INL_H_
+#undef CGDR_KERNELS_GEMM_INL_H_
+#else
+#define CGDR_KERNELS_GEMM_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstdint>
+
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace cgdr {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// One A*B term. `lower` marks A lower-triangular including its diagonal
+// (A[i][k] == 0 for k > i): row i then reads only k <= i, so nothing from a
+// later token can reach an earlier row, not even as 0 * x (SPEC 4 step 3:
+// causality by construction).
+struct Segment {
+  const float* a = nullptr;
+  int64_t lda = 0;
+  const float* b = nullptr;
+  int64_t ldb = 0;
+  int64_t k = 0;
+  bool lower = false;
+  bool negate = false;
+};
+
+struct GemmJob {
+  int64_t rows = 0;
+  int64_t cols = 0;            // multiple of kLaneMultiple (16)
+  float* c = nullptr;
+  int64_t ldc = 0;
+  const float* c_init = nullptr;  // null: start from 0; else alpha * c_init (may equal c)
+  int64_t ld_init = 0;
+  float alpha = 1.0f;
+  Segment seg[2];
+  int segments = 1;
+  // Only columns < (last row of the block + 1) are needed (lower-triangular
+  // results such as Kb K^T and Q K^T); the rest is left unwritten.
+  bool lower_result = false;
+};
+
+// Register block: rows x column vectors. 32 vector registers on AVX-512 hold
+// 4x4 accumulators plus operands; 16 registers elsewhere hold 4x2.
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kBlockVecs = 4;
+#elif HWY_TARGET == HWY_SCALAR
+constexpr int kBlockVecs = 4;
+#else
+constexpr int kBlockVecs = 2;
+#endif
+constexpr int kBlockRows = 4;
+
+template <int R, int NV, bool kNegate>
+HWY_INLINE void AccumulateSegment(DF d, const Segment& s, int64_t r0, int64_t c0, VF (&acc)[R][NV]) {
+  const size_t N = hn::Lanes(d);
+  const float* a = s.a + r0 * s.lda;
+  // Dense part: every row of the block may read k < r0 (or all k if not lower).
+  const int64_t dense_end = s.lower ? std::min<int64_t>(s.k, r0) : s.k;
+  for (int64_t kk = 0; kk < dense_end; ++kk) {
+    const float* brow = s.b + kk * s.ldb + c0;
+    VF b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = hn::Load(d, brow + v * N);
+    for (int r = 0; r < R; ++r) {
+      const VF av = hn::Set(d, a[r * s.lda + kk]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = kNegate ? hn::NegMulAdd(av, b[v], acc[r][v]) : hn::MulAdd(av, b[v], acc[r][v]);
+    }
+  }
+  if (!s.lower) return;
+  // Triangle: k = r0 + j is read only by rows r >= j.
+  for (int j = 0; j < R && r0 + j < s.k; ++j) {
+    const int64_t kk = r0 + j;
+    const float* brow = s.b + kk * s.ldb + c0;
+    VF b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = hn::Load(d, brow + v * N);
+    for (int r = j; r < R; ++r) {
+      const VF av = hn::Set(d, a[r * s.lda + kk]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = kNegate ? hn::NegMulAdd(av, b[v], acc[r][v]) : hn::MulAdd(av, b[v], acc[r][v]);
+    }
+  }
+}
+
+template <int R, int NV>
+HWY_INLINE void GemmTile(DF d, const GemmJob& job, int64_t r0, int64_t c0) {
+  const size_t N = hn::Lanes(d);
+  VF acc[R][NV];
+  if (job.c_init) {
+    const VF alpha = hn::Set(d, job.alpha);
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < NV; ++v) acc[r][v] = hn::Mul(alpha, hn::Load(d, job.c_init + (r0 + r) * job.ld_init + c0 + v * N));
+  } else {
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < NV; ++v) acc[r][v] = hn::Zero(d);
+  }
+  for (int s = 0; s < job.segments; ++s) {
+    if (job.seg[s].negate) {
+      AccumulateSegment<R, NV, true>(d, job.seg[s], r0, c0, acc);
+    } else {
+      AccumulateSegment<R, NV, false>(d, job.seg[s], r0, c0, acc);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) hn::Store(acc[r][v], d, job.c + (r0 + r) * job.ldc + c0 + v * N);
+}
+
+template <int R>
+HWY_INLINE void GemmRowBlock(DF d, const GemmJob& job, int64_t r0) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t cols = job.lower_result ? std::min<int64_t>(job.cols, (r0 + R + N - 1) / N * N) : job.cols;
+  const int64_t vecs = cols / N;
+  int64_t v = 0;
+  for (; v + kBlockVecs <= vecs; v += kBlockVecs) GemmTile<R, kBlockVecs>(d, job, r0, v * N);
+  switch (vecs - v) {
+    case 1: GemmTile<R, 1>(d, job, r0, v * N); break;
+    case 2: if constexpr (kBlockVecs > 2) GemmTile<R, 2>(d, job, r0, v * N); break;
+    case 3: if constexpr (kBlockVecs > 3) GemmTile<R, 3>(d, job, r0, v * N); break;
+    default: break;
+  }
+}
+
+HWY_NOINLINE void Gemm(const GemmJob& job) {
+  const DF d;
+  int64_t r0 = 0;
+  for (; r0 + kBlockRows <= job.rows; r0 += kBlockRows) GemmRowBlock<kBlockRows>(d, job, r0);
+  for (; r0 < job.rows; ++r0) GemmRowBlock<1>(d, job, r0);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cgdr
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard

@@ -1,0 +1,171 @@
+// K-side preparation of one chunk (SPEC 4 steps 1-5; seeds 001 Phases 1-5)
+// and the blocked inverse A = (I + L)^-1 (seeds 000 sections 5.7-5.10).
+// Everything here depends on q, k, beta, g only, never on V.
+#if defined(CGDR_KERNELS_KSIDE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef CGDR_KERNELS_KSIDE_INL_H_
+#undef CGDR_KERNELS_KSIDE_INL_H_
+#else
+#define CGDR_KERNELS_KSIDE_INL_H_
+#endif
+
+#include <cmath>
+#include <cstdint>
+
+#include "hwy/highway.h"
+#include "kernels/gemm-inl.h"
+#include "plan/scratch_layout.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace cgdr {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Per-chunk vectors inside ScratchLayout::vec (c_pad floats each).
+struct ChunkVectors {
+  float* beta;   // beta_i
+  float* g;      // g_i (0 when g is absent)
+  float* G;      // in-chunk prefix sum of g (never a global one: seeds 001 s.6)
+  float* eG;     // exp(G_i)
+  float* eGl;    // exp(G_last - G_i)
+  explicit ChunkVectors(float* vec, int64_t c_pad)
+      : beta(vec), g(vec + c_pad), G(vec + 2 * c_pad), eG(vec + 3 * c_pad), eGl(vec + 4 * c_pad) {}
+};
+
+// The 16x16 diagonal blocks by forward substitution on rows of 16 lanes:
+// X_i = e_i - sum_{j<i} L_ij X_j, overwriting L in place (row i of L is
+// consumed before row i of X is stored).
+HWY_INLINE void InvertDiagonalBlocks(float* HWY_RESTRICT m, int64_t ld, int64_t n_blocked) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  constexpr int64_t kB = 16;
+  for (int64_t o = 0; o < n_blocked; o += kB) {
+    for (int64_t i = 0; i < kB; ++i) {
+      float* xi = m + (o + i) * ld + o;
+      float li[kB];  // row i of L, read in full before X_i overwrites it
+      for (int64_t j = 0; j < kB; ++j) li[j] = xi[j];
+      for (int64_t c = 0; c < kB; c += N) {
+        auto acc = hn::Zero(d);
+        for (int64_t j = 0; j < i; ++j) acc = hn::NegMulAdd(hn::Set(d, li[j]), hn::Load(d, m + (o + j) * ld + o + c), acc);
+        hn::Store(acc, d, xi + c);
+      }
+      xi[i] = 1.0f;  // the unit diagonal; entries right of it are exact zeros from the sum
+    }
+  }
+}
+
+// A = (I + L)^-1 for strictly lower L held in m (n_blocked x n_blocked,
+// a multiple of 16; rows past the chunk are zero, i.e. identity rows).
+// Diagonal blocks first, then for s = 16, 32, ...: for each pair of s-blocks
+//   A10 = -A11 (L10 A00)   (seeds: U10 = U11 A10 U00)
+HWY_INLINE void InvertUnitLower(float* HWY_RESTRICT m, int64_t ld, int64_t n_blocked, float* HWY_RESTRICT tmp) {
+  InvertDiagonalBlocks(m, ld, n_blocked);
+  for (int64_t s = 16; s < n_blocked; s *= 2) {
+    for (int64_t o = 0; o + s < n_blocked; o += 2 * s) {
+      const int64_t rows = std::min(s, n_blocked - (o + s));  // the second block may be short
+      float* a00 = m + o * ld + o;
+      float* l10 = m + (o + s) * ld + o;
+      float* a11 = m + (o + s) * ld + (o + s);
+      GemmJob t1;  // tmp = L10 A00
+      t1.rows = rows; t1.cols = s; t1.c = tmp; t1.ldc = ld;
+      t1.seg[0] = Segment{l10, ld, a00, ld, s, false, false};
+      Gemm(t1);
+      GemmJob t2;  // A10 = -A11 tmp  (overwrites L10, already consumed)
+      t2.rows = rows; t2.cols = s; t2.c = l10; t2.ldc = ld;
+      t2.seg[0] = Segment{a11, ld, tmp, ld, rows, true, true};
+      Gemm(t2);
+    }
+  }
+}
+
+// Builds, for a chunk of n <= C rows already loaded into q, k, and the
+// vectors beta and g:
+//   kt  = (diag(e^(G_last - G)) K)^T   [dk_pad x c_pad]   for the state update
+//   attn = A = (I + L)^-1              [c x c_pad]
+//   kcd = A diag(e^G) Kb               [c x dk_pad]
+//   qk  = P = lower_incl((Q K^T) * e^(G_i - G_j)) * scale
+//   q   = scale * diag(e^G) Q
+HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, float scale) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t dk = L.dk_pad, cp = L.c_pad;
+  float* q = base + L.q;
+  float* k = base + L.k;
+  float* kb = base + L.kb;
+  float* kt = base + L.kt;
+  float* attn = base + L.attn;
+  float* qk = base + L.qk;
+  ChunkVectors cv(base + L.vec, cp);
+
+  // Step 1: G = cumsum(g) inside the chunk; decays as exp of differences only
+  // (exp(G_i) * exp(-G_j) overflows: executorch#21417).
+  float run = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    run += cv.g[i];
+    cv.G[i] = run;
+  }
+  const float g_last = n > 0 ? cv.G[n - 1] : 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    cv.eG[i] = std::exp(cv.G[i]);
+    cv.eGl[i] = std::exp(g_last - cv.G[i]);
+  }
+
+  // Step 2: Kb = diag(beta) K; K^T with zero columns past n.
+  for (int64_t i = 0; i < n; ++i) {
+    const auto b = hn::Set(d, cv.beta[i]);
+    for (int64_t c = 0; c < dk; c += N) hn::Store(hn::Mul(b, hn::Load(d, k + i * dk + c)), d, kb + i * dk + c);
+  }
+  for (int64_t r = 0; r < dk; ++r) {
+    for (int64_t i = 0; i < n; ++i) kt[r * cp + i] = k[i * dk + r];
+    for (int64_t i = n; i < cp; ++i) kt[r * cp + i] = 0.0f;
+  }
+
+  // Step 3: L = strictly_lower((Kb K^T) * e^(G_i - G_j)); P likewise from Q (step 5).
+  GemmJob kk;
+  kk.rows = n; kk.cols = cp; kk.c = attn; kk.ldc = cp; kk.lower_result = true;
+  kk.seg[0] = Segment{kb, dk, kt, cp, dk, false, false};
+  Gemm(kk);
+  GemmJob qkj = kk;
+  qkj.c = qk;
+  qkj.seg[0].a = q;
+  Gemm(qkj);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < i; ++j) {
+      const float decay = std::exp(cv.G[i] - cv.G[j]);
+      attn[i * cp + j] *= decay;
+      qk[i * cp + j] *= decay * scale;
+    }
+    qk[i * cp + i] *= scale;
+    // Causality by construction: everything right of the diagonal is set, not assumed.
+    attn[i * cp + i] = 0.0f;
+    for (int64_t j = i + 1; j < cp; ++j) attn[i * cp + j] = 0.0f;
+    for (int64_t j = i + 1; j < cp; ++j) qk[i * cp + j] = 0.0f;
+  }
+  const int64_t nb = RoundUp(n, 16);
+  for (int64_t i = n; i < nb; ++i)
+    for (int64_t j = 0; j < cp; ++j) attn[i * cp + j] = 0.0f;
+  InvertUnitLower(attn, cp, nb, base + L.tmp);
+
+  // Step 4: Kcd = A diag(e^G) Kb.
+  for (int64_t i = 0; i < n; ++i) {
+    const auto e = hn::Set(d, cv.eG[i]);
+    for (int64_t c = 0; c < dk; c += N) hn::Store(hn::Mul(e, hn::Load(d, kb + i * dk + c)), d, kb + i * dk + c);
+  }
+  GemmJob kcd;
+  kcd.rows = n; kcd.cols = dk; kcd.c = base + L.kcd; kcd.ldc = dk;
+  kcd.seg[0] = Segment{attn, cp, kb, dk, n, true, false};
+  Gemm(kcd);
+
+  // Step 6/7 operands: Q <- scale e^G Q; K^T <- (e^(G_last - G) K)^T.
+  for (int64_t i = 0; i < n; ++i) {
+    const auto e = hn::Set(d, cv.eG[i] * scale);
+    for (int64_t c = 0; c < dk; c += N) hn::Store(hn::Mul(e, hn::Load(d, q + i * dk + c)), d, q + i * dk + c);
+  }
+  for (int64_t r = 0; r < dk; ++r)
+    for (int64_t i = 0; i < n; ++i) kt[r * cp + i] *= cv.eGl[i];
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cgdr
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard

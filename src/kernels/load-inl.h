@@ -1,0 +1,90 @@
+// Loading rows into FP32 panels and storing results, converting dtypes in
+// registers (issue 5). f16 uses the F16C instructions where the target has
+// them (AVX2, AVX-512: exact promotion, round-to-nearest-even demotion) and
+// the portable converters of core/dtype.h elsewhere; bf16 is a shift in, and
+// rounded to nearest even out (Highway 1.0.3's DemoteTo truncates).
+#if defined(CGDR_KERNELS_LOAD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef CGDR_KERNELS_LOAD_INL_H_
+#undef CGDR_KERNELS_LOAD_INL_H_
+#else
+#define CGDR_KERNELS_LOAD_INL_H_
+#endif
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "core/dtype.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace cgdr {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// dst[0, n) = src[0, n) as f32; dst[n, n_pad) = 0.
+HWY_INLINE void LoadRow(const void* src, DType t, int64_t n, float* HWY_RESTRICT dst, int64_t n_pad) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  if (t == DType::kF32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    i = n;
+  } else if (t == DType::kBF16) {
+    const auto* s = static_cast<const uint16_t*>(src);
+    const hn::Rebind<uint16_t, decltype(d)> du16;
+    const hn::RebindToUnsigned<decltype(d)> du32;
+    for (; i + N <= n; i += N) {
+      const auto wide = hn::PromoteTo(du32, hn::LoadU(du16, s + i));
+      hn::Store(hn::BitCast(d, hn::ShiftLeft<16>(wide)), d, dst + i);
+    }
+    for (; i < n; ++i) dst[i] = BF16ToF32(s[i]);
+  } else {
+    const auto* s = static_cast<const uint16_t*>(src);
+#if HWY_TARGET <= HWY_AVX2
+    const hn::Rebind<hwy::float16_t, decltype(d)> df16;
+    for (; i + N <= n; i += N) {
+      hn::Store(hn::PromoteTo(d, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(s) + i)), d, dst + i);
+    }
+#endif
+    for (; i < n; ++i) dst[i] = F16ToF32(s[i]);
+  }
+  for (; i < n_pad; ++i) dst[i] = 0.0f;
+}
+
+// dst[0, n) = src[0, n) converted to t (round to nearest even).
+HWY_INLINE void StoreRow(const float* HWY_RESTRICT src, int64_t n, DType t, void* dst) {
+  if (t == DType::kF32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  auto* h = static_cast<uint16_t*>(dst);
+  int64_t i = 0;
+  if (t == DType::kF16) {
+#if HWY_TARGET <= HWY_AVX2
+    const hn::ScalableTag<float> d;
+    const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+    const hn::Rebind<hwy::float16_t, decltype(d)> df16;
+    for (; i + N <= n; i += N) {
+      hn::StoreU(hn::DemoteTo(df16, hn::LoadU(d, src + i)), df16, reinterpret_cast<hwy::float16_t*>(h) + i);
+    }
+#endif
+    for (; i < n; ++i) h[i] = F32ToF16(src[i]);
+  } else {
+    for (; i < n; ++i) h[i] = F32ToBF16(src[i]);
+  }
+}
+
+// Divides row[0, n) by sqrt(sum x^2 + 1e-6) (SPEC 1, use_qk_l2norm).
+HWY_INLINE void L2NormalizeRow(float* HWY_RESTRICT row, int64_t n) {
+  float ss = 0.0f;
+  for (int64_t i = 0; i < n; ++i) ss += row[i] * row[i];
+  const float inv = 1.0f / std::sqrt(ss + 1e-6f);
+  for (int64_t i = 0; i < n; ++i) row[i] *= inv;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cgdr
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard

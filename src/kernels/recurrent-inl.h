@@ -1,0 +1,69 @@
+// The token-by-token formulation (C = 1, SPEC 1) over an L1-resident state
+// tile S [dk_pad x w_pad]: two passes per token instead of four.
+//   pass 1: x = S^T k                       (decay folded in: (aS)^T k = a x)
+//   pass 2: S = a S + k (beta (v - a x))^T  and  o = scale S^T q, fused
+#if defined(CGDR_KERNELS_RECURRENT_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef CGDR_KERNELS_RECURRENT_INL_H_
+#undef CGDR_KERNELS_RECURRENT_INL_H_
+#else
+#define CGDR_KERNELS_RECURRENT_INL_H_
+#endif
+
+#include <cstdint>
+
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace cgdr {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr int kTokenBlockVecs = 4;  // column vectors held in registers per sweep over k
+
+template <int NV>
+HWY_INLINE void TokenColumns(float* HWY_RESTRICT S, int64_t dk, int64_t ld, int64_t c0, const float* HWY_RESTRICT q,
+                             const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, float beta, float a, float scale,
+                             float* HWY_RESTRICT o) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  hn::Vec<decltype(d)> x[NV], u[NV], acc[NV];
+  for (int j = 0; j < NV; ++j) x[j] = hn::Zero(d);
+  for (int64_t r = 0; r < dk; ++r) {
+    const auto kr = hn::Set(d, k[r]);
+    for (int j = 0; j < NV; ++j) x[j] = hn::MulAdd(hn::Load(d, S + r * ld + c0 + j * N), kr, x[j]);
+  }
+  const auto va = hn::Set(d, a), vb = hn::Set(d, beta);
+  for (int j = 0; j < NV; ++j) {
+    u[j] = hn::Mul(vb, hn::NegMulAdd(va, x[j], hn::Load(d, v + c0 + j * N)));
+    acc[j] = hn::Zero(d);
+  }
+  for (int64_t r = 0; r < dk; ++r) {
+    const auto kr = hn::Set(d, k[r]), qr = hn::Set(d, q[r]);
+    for (int j = 0; j < NV; ++j) {
+      float* s = S + r * ld + c0 + j * N;
+      const auto updated = hn::MulAdd(kr, u[j], hn::Mul(va, hn::Load(d, s)));
+      hn::Store(updated, d, s);
+      acc[j] = hn::MulAdd(updated, qr, acc[j]);
+    }
+  }
+  const auto vs = hn::Set(d, scale);
+  for (int j = 0; j < NV; ++j) hn::Store(hn::Mul(vs, acc[j]), d, o + c0 + j * N);
+}
+
+// One token on the whole tile; v, o have w_pad entries (padding zero in v).
+HWY_INLINE void RecurrentToken(float* HWY_RESTRICT S, int64_t dk, int64_t w_pad, const float* HWY_RESTRICT q,
+                               const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, float beta, float a,
+                               float scale, float* HWY_RESTRICT o) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t vecs = w_pad / N;
+  int64_t j = 0;
+  for (; j + kTokenBlockVecs <= vecs; j += kTokenBlockVecs) TokenColumns<kTokenBlockVecs>(S, dk, w_pad, j * N, q, k, v, beta, a, scale, o);
+  for (; j < vecs; ++j) TokenColumns<1>(S, dk, w_pad, j * N, q, k, v, beta, a, scale, o);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cgdr
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard

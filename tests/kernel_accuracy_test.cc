@@ -1,0 +1,117 @@
+// Every formulation on every compiled SIMD target against the FP64
+// reference of SPEC 1 (SPEC 6 thresholds), on odd shapes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "test_util.h"
+
+namespace cgdr::testing {
+namespace {
+
+struct Shape {
+  int64_t Nk, Nv, Dk, Dv;
+  std::vector<int32_t> lens;
+};
+
+void ExpectAccurate(const CaseSpec& spec, Algo algo, const std::string& what) {
+  Case c = MakeCase(spec);
+  Options opt = c.options();
+  opt.algo = algo;
+  const Errors e = RunAndCompare(c, opt);
+  EXPECT_LE(e.out, e.out_limit) << what << " out";
+  if (spec.want_final_state) {
+    EXPECT_LE(e.state, e.state_limit) << what << " final_state";
+  }
+}
+
+std::string Describe(const CaseSpec& s, Algo a, const std::string& target) {
+  std::string lens;
+  for (int32_t l : s.lens) lens += std::to_string(l) + ",";
+  return target + " " + AlgoName(a) + " Nk=" + std::to_string(s.Nk) + " Nv=" + std::to_string(s.Nv) + " Dk=" +
+         std::to_string(s.Dk) + " Dv=" + std::to_string(s.Dv) + " lens=" + lens + " dtype=" + DTypeName(s.dtype) +
+         " layout=" + StateLayoutName(s.layout);
+}
+
+// Every Dk and Dv of the foundation issue appears on both sides, paired so the
+// run stays short; lengths cover 1, 63, 64, 65, 130 and tails of 1 token.
+TEST(KernelAccuracy, OddWidthsEveryTargetEveryAlgo) {
+  const std::vector<int64_t> dims = {1, 7, 16, 63, 64, 65, 79, 80, 81, 96, 97, 100, 127, 128, 129, 200, 256};
+  const std::vector<std::vector<int32_t>> lens = {{1}, {63}, {64}, {65}, {130}, {0, 65, 0, 1}};
+  ForEachTarget([&](const std::string& target) {
+    for (size_t i = 0; i < dims.size(); ++i) {
+      CaseSpec s;
+      s.Dk = dims[i];
+      s.Dv = dims[dims.size() - 1 - i];
+      s.Nk = 1;
+      s.Nv = (i % 3 == 0) ? 2 : 1;
+      s.lens = lens[i % lens.size()];
+      s.seed = 100 + i;
+      s.layout = (i % 2) ? StateLayout::kKV : StateLayout::kVK;
+      for (Algo a : AllAlgos()) ExpectAccurate(s, a, Describe(s, a, target));
+    }
+  });
+}
+
+TEST(KernelAccuracy, DtypesLayoutsOptions) {
+  ForEachTarget([&](const std::string& target) {
+    int seed = 1;
+    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (StateLayout layout : {StateLayout::kVK, StateLayout::kKV}) {
+        for (int variant = 0; variant < 4; ++variant) {
+          CaseSpec s;
+          s.Nk = 2;
+          s.Nv = variant == 0 ? 2 : (variant == 1 ? 4 : 8);  // GQA ratios 1, 2, 4
+          s.Dk = 33;
+          s.Dv = 47;
+          s.lens = {37, 0, 70};
+          s.dtype = dt;
+          s.state_dtype = variant == 2 ? DType::kF32 : dt;
+          s.g_dtype = variant == 3 ? dt : DType::kF32;
+          s.has_g = variant != 1;
+          s.has_initial_state = variant != 2;
+          s.use_qk_l2norm = variant == 3;
+          s.layout = layout;
+          s.seed = seed++;
+          for (Algo a : AllAlgos()) ExpectAccurate(s, a, Describe(s, a, target) + " variant=" + std::to_string(variant));
+        }
+      }
+    }
+  });
+}
+
+TEST(KernelAccuracy, LongerSequencesF32) {
+  CaseSpec s;
+  s.Nk = 1;
+  s.Nv = 2;
+  s.Dk = 64;
+  s.Dv = 48;
+  s.lens = {1000, 1};
+  s.g_min = -0.1f;
+  for (Algo a : AllAlgos()) ExpectAccurate(s, a, Describe(s, a, "auto"));
+}
+
+TEST(KernelAccuracy, ChunkSizeIndependence) {
+  CaseSpec s;
+  s.Dk = 40;
+  s.Dv = 24;
+  s.lens = {300, 17};
+  s.Nv = 2;
+  Case base = MakeCase(s);
+  Options opt = base.options();
+  opt.algo = Algo::kChunk64;
+  ASSERT_TRUE(cgdr::Run(base.inputs(), base.outputs(), opt).ok());
+  for (Algo a : {Algo::kChunk16, Algo::kChunk32, Algo::kChunk128, Algo::kRecurrent}) {
+    Case c = MakeCase(s);
+    opt.algo = a;
+    ASSERT_TRUE(cgdr::Run(c.inputs(), c.outputs(), opt).ok());
+    const auto* x = reinterpret_cast<const float*>(c.out.data());
+    const auto* y = reinterpret_cast<const float*>(base.out.data());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < c.out.size() / 4; ++i) { num += (x[i] - y[i]) * double(x[i] - y[i]); den += double(y[i]) * y[i]; }
+    EXPECT_LE(std::sqrt(num / den), 1e-5) << AlgoName(a);
+  }
+}
+
+}  // namespace
+}  // namespace cgdr::testing

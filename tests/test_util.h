@@ -1,0 +1,33 @@
+// Shared test helpers: run a synthetic case through cgdr::Run, judge it
+// against the FP64 reference with SPEC 6 tolerances, force SIMD targets.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cgdr/cgdr.hpp"
+#include "core/synthetic.h"
+#include "reference/reference.h"
+
+namespace cgdr::testing {
+
+struct Errors {
+  double out = 0.0, state = 0.0;          // normwise relative errors vs FP64
+  double out_limit = 0.0, state_limit = 0.0;  // SPEC 6 limits for the dtypes
+};
+
+// Tolerance of SPEC 6 for a tensor stored in dtype t whose FP64 value is ref.
+double Spec6Limit(const std::vector<double>& ref, DType t);
+
+// Runs the case with `opt` (must succeed) and measures it against FP64.
+Errors RunAndCompare(Case& c, const Options& opt);
+
+// Calls fn once per SIMD target compiled in and supported by this CPU, with
+// dispatch forced to it; restores normal dispatch afterwards.
+void ForEachTarget(const std::function<void(const std::string& target)>& fn);
+
+// All algos the tests force.
+std::vector<Algo> AllAlgos();
+
+}  // namespace cgdr::testing
