@@ -50,6 +50,7 @@ struct Options {
   int threads = 0;               // 0: all hardware threads
   bool check_values = false;     // NaN/Inf in inputs, g > 0 (SPEC 3)
   int v_step = 0;                // 0: planner decides; else force V tile width
+  int dk_bucket = 0;             // 0: planner decides; 64/80/96/128 force that bucket (>= Dk); -1 the generic path
 };
 
 // The inputs of SPEC 2. Shapes: query/key [T,Nk,Dk], value [T,Nv,Dv],

@@ -14,6 +14,7 @@ namespace cgdr {
 // calibration profile; these are the built-in defaults).
 struct MachineProfile {
   int64_t cache_budget_bytes = 1 << 20;  // per-core working-set budget (seeds' UB budget, 002 s.5)
+  int64_t group_state_bytes = 1 << 20;   // FP32 state tiles a thread keeps live while it interleaves items
   // Relative cost of one multiply-add, per formulation, measured by `cgdr tune`
   // (index: recurrent, chunk16, chunk32, chunk64). Lower is faster.
   double state_fma_cost[4] = {2.2, 1.15, 1.0, 1.0};
@@ -32,6 +33,8 @@ struct WorkItem {
   int64_t tokens = 0;       // sequence length
 };
 
+constexpr int64_t kMaxGroupItems = 64;
+
 struct Plan {
   Problem problem;
   int chunk = 64;            // C; 1 = token-by-token recurrence
@@ -40,6 +43,7 @@ struct Plan {
   int64_t v_step = 0;        // V tile width
   int64_t v_tiles = 0;       // ceil(Dv / v_step)
   int threads = 1;
+  int64_t group_items = 1;   // items of one sequence a thread advances chunk by chunk together
   std::vector<WorkItem> items;                 // every (seq, head, V tile) with tokens > 0 or state to copy
   std::vector<std::vector<int64_t>> per_thread;  // indices into items, in execution order
   int64_t working_set_bytes = 0;               // one item's cache working set

@@ -24,9 +24,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Expects PrepareKSide's results and vb = diag(beta) V for the chunk's n rows.
 // Leaves the chunk's output rows in o and the updated state in state.
-HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n) {
+HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT state, int64_t n) {
   const int64_t dk = L.dk_pad, cp = L.c_pad, w = L.w_pad;
-  float* state = base + L.state;
   float* vnew = base + L.vnew;
   const ChunkVectors cv(base + L.vec, cp);
 
@@ -48,7 +47,8 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, int
   GemmJob sj;
   sj.rows = dk; sj.cols = w; sj.c = state; sj.ldc = w;
   sj.c_init = state; sj.ld_init = w; sj.alpha = n > 0 ? cv.eG[n - 1] : 1.0f;
-  sj.seg[0] = Segment{base + L.kt, cp, vnew, w, n, false, false};
+  // (e^(G_last - G) K)^T read in place: A[r][i] = k[i][r].
+  sj.seg[0] = Segment{base + L.k, 1, vnew, w, n, false, false, dk};
   Gemm(sj);
 }
 

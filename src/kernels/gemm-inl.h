@@ -32,12 +32,13 @@ using VF = hn::Vec<DF>;
 // causality by construction).
 struct Segment {
   const float* a = nullptr;
-  int64_t lda = 0;
-  const float* b = nullptr;
+  int64_t lda = 0;  // A[i][k] = a[i * lda + k * a_kstride]: a_kstride != 1 reads
+  const float* b = nullptr;  // a transposed operand in place (no packing pass)
   int64_t ldb = 0;
   int64_t k = 0;
   bool lower = false;
   bool negate = false;
+  int64_t a_kstride = 1;
 };
 
 struct GemmJob {
@@ -50,8 +51,8 @@ struct GemmJob {
   float alpha = 1.0f;
   Segment seg[2];
   int segments = 1;
-  // Only columns < (last row of the block + 1) are needed (lower-triangular
-  // results such as Kb K^T and Q K^T); the rest is left unwritten.
+  // Only columns <= row are needed (lower-triangular results such as Kb K^T
+  // and Q K^T); tiles entirely right of the diagonal are left unwritten.
   bool lower_result = false;
 };
 
@@ -77,7 +78,7 @@ HWY_INLINE void AccumulateSegment(DF d, const Segment& s, int64_t r0, int64_t c0
     VF b[NV];
     for (int v = 0; v < NV; ++v) b[v] = hn::Load(d, brow + v * N);
     for (int r = 0; r < R; ++r) {
-      const VF av = hn::Set(d, a[r * s.lda + kk]);
+      const VF av = hn::Set(d, a[r * s.lda + kk * s.a_kstride]);
       for (int v = 0; v < NV; ++v) acc[r][v] = kNegate ? hn::NegMulAdd(av, b[v], acc[r][v]) : hn::MulAdd(av, b[v], acc[r][v]);
     }
   }
@@ -89,7 +90,7 @@ HWY_INLINE void AccumulateSegment(DF d, const Segment& s, int64_t r0, int64_t c0
     VF b[NV];
     for (int v = 0; v < NV; ++v) b[v] = hn::Load(d, brow + v * N);
     for (int r = j; r < R; ++r) {
-      const VF av = hn::Set(d, a[r * s.lda + kk]);
+      const VF av = hn::Set(d, a[r * s.lda + kk * s.a_kstride]);
       for (int v = 0; v < NV; ++v) acc[r][v] = kNegate ? hn::NegMulAdd(av, b[v], acc[r][v]) : hn::MulAdd(av, b[v], acc[r][v]);
     }
   }
@@ -118,26 +119,32 @@ HWY_INLINE void GemmTile(DF d, const GemmJob& job, int64_t r0, int64_t c0) {
     for (int v = 0; v < NV; ++v) hn::Store(acc[r][v], d, job.c + (r0 + r) * job.ldc + c0 + v * N);
 }
 
-template <int R>
-HWY_INLINE void GemmRowBlock(DF d, const GemmJob& job, int64_t r0) {
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t cols = job.lower_result ? std::min<int64_t>(job.cols, (r0 + R + N - 1) / N * N) : job.cols;
-  const int64_t vecs = cols / N;
-  int64_t v = 0;
-  for (; v + kBlockVecs <= vecs; v += kBlockVecs) GemmTile<R, kBlockVecs>(d, job, r0, v * N);
-  switch (vecs - v) {
-    case 1: GemmTile<R, 1>(d, job, r0, v * N); break;
-    case 2: if constexpr (kBlockVecs > 2) GemmTile<R, 2>(d, job, r0, v * N); break;
-    case 3: if constexpr (kBlockVecs > 3) GemmTile<R, 3>(d, job, r0, v * N); break;
-    default: break;
+// Columns [c0, c0 + NV vectors) for every row block. Column panels are the
+// outer loop so one panel of B (k x NV*lanes floats, <= 32 KiB for k = 128)
+// stays in L1 while all row blocks stream past it.
+template <int NV>
+HWY_INLINE void GemmColumnPanel(DF d, const GemmJob& job, int64_t c0) {
+  // Lower-triangular results need columns < r0 + R only: start at the first row
+  // block that reaches column c0.
+  int64_t r0 = job.lower_result ? std::min<int64_t>(job.rows, c0 / kBlockRows * kBlockRows) : 0;
+  for (; r0 + kBlockRows <= job.rows; r0 += kBlockRows) GemmTile<kBlockRows, NV>(d, job, r0, c0);
+  for (; r0 < job.rows; ++r0) {
+    if (!job.lower_result || c0 <= r0) GemmTile<1, NV>(d, job, r0, c0);
   }
 }
 
 HWY_NOINLINE void Gemm(const GemmJob& job) {
   const DF d;
-  int64_t r0 = 0;
-  for (; r0 + kBlockRows <= job.rows; r0 += kBlockRows) GemmRowBlock<kBlockRows>(d, job, r0);
-  for (; r0 < job.rows; ++r0) GemmRowBlock<1>(d, job, r0);
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t vecs = job.cols / N;
+  int64_t v = 0;
+  for (; v + kBlockVecs <= vecs; v += kBlockVecs) GemmColumnPanel<kBlockVecs>(d, job, v * N);
+  switch (vecs - v) {
+    case 1: GemmColumnPanel<1>(d, job, v * N); break;
+    case 2: if constexpr (kBlockVecs > 2) GemmColumnPanel<2>(d, job, v * N); break;
+    case 3: if constexpr (kBlockVecs > 3) GemmColumnPanel<3>(d, job, v * N); break;
+    default: break;
+  }
 }
 
 }  // namespace HWY_NAMESPACE

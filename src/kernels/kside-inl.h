@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "kernels/gemm-inl.h"
 #include "plan/scratch_layout.h"
@@ -77,9 +78,57 @@ HWY_INLINE void InvertUnitLower(float* HWY_RESTRICT m, int64_t ld, int64_t n_blo
   }
 }
 
+// kt[r][i] = k[i][r] for i < n, 0 for n <= i < cp: one gather per vector of
+// kt instead of a scalar store per element. Rows n.. of k may be stale; they
+// are selected away, never used.
+HWY_INLINE void TransposeRows(const float* HWY_RESTRICT k, int64_t dk, int64_t n, int64_t cp, float* HWY_RESTRICT kt) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto rows = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(dk)));
+  for (int64_t c = 0; c < cp; c += N) {
+    const auto valid = hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(N, n - c))));
+    const float* col = k + c * dk;
+    for (int64_t r = 0; r < dk; ++r) {
+      hn::Store(hn::IfThenElseZero(valid, hn::GatherIndex(d, col + r, rows)), d, kt + r * cp + c);
+    }
+  }
+}
+
+// Epilogue of Kb K^T and Q K^T (SPEC 4 steps 3 and 5), a vector of columns at
+// a time: L_ij = [j < i] (Kb K^T)_ij e^(G_i - G_j),
+// P_ij = [j <= i] (Q K^T)_ij e^(G_i - G_j) scale. Entries right of the
+// diagonal are selected to zero, never multiplied (they may be unwritten).
+HWY_INLINE void ApplyDecayMasks(const ChunkVectors& cv, int64_t n, int64_t cp, float scale, float* HWY_RESTRICT attn,
+                                float* HWY_RESTRICT qk) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t j = n; j < cp; ++j) cv.G[j] = 0.0f;  // finite padding; those columns are masked
+  const auto vscale = hn::Set(d, scale);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto gi = hn::Set(d, cv.G[i]);
+    for (int64_t c = 0; c < cp; c += N) {
+      float* a = attn + i * cp + c;
+      float* p = qk + i * cp + c;
+      if (c > i) {
+        hn::Store(hn::Zero(d), d, a);
+        hn::Store(hn::Zero(d), d, p);
+        continue;
+      }
+      const auto strict = hn::FirstN(d, static_cast<size_t>(i - c));
+      const auto incl = hn::FirstN(d, static_cast<size_t>(i - c + 1));
+      // Decays as exp of differences only (exp(G_i) * exp(-G_j) overflows:
+      // executorch#21417); j > i is masked before it can matter.
+      const auto decay = hn::Exp(d, hn::Sub(gi, hn::Load(d, cv.G + c)));
+      hn::Store(hn::IfThenElseZero(strict, hn::Mul(hn::Load(d, a), decay)), d, a);
+      hn::Store(hn::IfThenElseZero(incl, hn::Mul(hn::Mul(hn::Load(d, p), decay), vscale)), d, p);
+    }
+  }
+}
+
 // Builds, for a chunk of n <= C rows already loaded into q, k, and the
 // vectors beta and g:
-//   kt  = (diag(e^(G_last - G)) K)^T   [dk_pad x c_pad]   for the state update
+//   k   = diag(e^(G_last - G)) K       [c x dk_pad]   for the state update
 //   attn = A = (I + L)^-1              [c x c_pad]
 //   kcd = A diag(e^G) Kb               [c x dk_pad]
 //   qk  = P = lower_incl((Q K^T) * e^(G_i - G_j)) * scale
@@ -114,10 +163,7 @@ HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, i
     const auto b = hn::Set(d, cv.beta[i]);
     for (int64_t c = 0; c < dk; c += N) hn::Store(hn::Mul(b, hn::Load(d, k + i * dk + c)), d, kb + i * dk + c);
   }
-  for (int64_t r = 0; r < dk; ++r) {
-    for (int64_t i = 0; i < n; ++i) kt[r * cp + i] = k[i * dk + r];
-    for (int64_t i = n; i < cp; ++i) kt[r * cp + i] = 0.0f;
-  }
+  TransposeRows(k, dk, n, cp, kt);
 
   // Step 3: L = strictly_lower((Kb K^T) * e^(G_i - G_j)); P likewise from Q (step 5).
   GemmJob kk;
@@ -128,18 +174,7 @@ HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, i
   qkj.c = qk;
   qkj.seg[0].a = q;
   Gemm(qkj);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < i; ++j) {
-      const float decay = std::exp(cv.G[i] - cv.G[j]);
-      attn[i * cp + j] *= decay;
-      qk[i * cp + j] *= decay * scale;
-    }
-    qk[i * cp + i] *= scale;
-    // Causality by construction: everything right of the diagonal is set, not assumed.
-    attn[i * cp + i] = 0.0f;
-    for (int64_t j = i + 1; j < cp; ++j) attn[i * cp + j] = 0.0f;
-    for (int64_t j = i + 1; j < cp; ++j) qk[i * cp + j] = 0.0f;
-  }
+  ApplyDecayMasks(cv, n, cp, scale, attn, qk);
   const int64_t nb = RoundUp(n, 16);
   for (int64_t i = n; i < nb; ++i)
     for (int64_t j = 0; j < cp; ++j) attn[i * cp + j] = 0.0f;
@@ -155,13 +190,15 @@ HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, i
   kcd.seg[0] = Segment{attn, cp, kb, dk, n, true, false};
   Gemm(kcd);
 
-  // Step 6/7 operands: Q <- scale e^G Q; K^T <- (e^(G_last - G) K)^T.
+  // Step 6/7 operands: Q <- scale e^G Q; K <- e^(G_last - G) K.
   for (int64_t i = 0; i < n; ++i) {
     const auto e = hn::Set(d, cv.eG[i] * scale);
     for (int64_t c = 0; c < dk; c += N) hn::Store(hn::Mul(e, hn::Load(d, q + i * dk + c)), d, q + i * dk + c);
   }
-  for (int64_t r = 0; r < dk; ++r)
-    for (int64_t i = 0; i < n; ++i) kt[r * cp + i] *= cv.eGl[i];
+  for (int64_t i = 0; i < n; ++i) {
+    const auto e = hn::Set(d, cv.eGl[i]);
+    for (int64_t c = 0; c < dk; c += N) hn::Store(hn::Mul(e, hn::Load(d, k + i * dk + c)), d, k + i * dk + c);
+  }
 }
 
 }  // namespace HWY_NAMESPACE

@@ -52,10 +52,11 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
   out.problem = p;
   std::ostringstream why;
 
-  out.dk_bucket = DkBucket(p.Dk);
+  const int forced = p.options.dk_bucket;
+  out.dk_bucket = forced == 0 ? DkBucket(p.Dk) : (forced < 0 ? 0 : forced);
   out.dk_padded = out.dk_bucket ? out.dk_bucket : RoundUp(p.Dk, kLaneMultiple);
   why << "bucket " << (out.dk_bucket ? std::to_string(out.dk_bucket) : std::string("generic")) << " for Dk=" << p.Dk
-      << "; ";
+      << (forced ? " (forced)" : "") << "; ";
 
   // Threads: the option, else the hardware's.
   int hw = static_cast<int>(std::thread::hardware_concurrency());
@@ -105,7 +106,11 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
   out.v_step = w;
   out.v_tiles = (p.Dv + w - 1) / w;
   out.working_set_bytes = WorkingSetBytes(out.chunk, out.dk_padded, w);
-  out.scratch_bytes_per_thread = out.working_set_bytes;
+  // Items of one sequence share input rows: interleave as many as their state
+  // tiles fit the group budget (one tile = dk_pad x w FP32).
+  const int64_t tile_bytes = out.dk_padded * RoundUp(w, kLaneMultiple) * 4;
+  out.group_items = std::clamp<int64_t>(prof.group_state_bytes / tile_bytes, 1, kMaxGroupItems);
+  out.scratch_bytes_per_thread = ScratchLayout(out.chunk, out.dk_padded, w, out.group_items).bytes();
   why << "vStep=" << w << " (" << out.v_tiles << " tiles, working set " << out.working_set_bytes << " B of "
       << prof.cache_budget_bytes << " B budget)";
 
@@ -152,7 +157,8 @@ Status CheckPlan(const Plan& plan) {
   if (plan.dk_bucket != 0 && plan.dk_bucket != plan.dk_padded) return fail("bucket/dk_padded mismatch");
   if (plan.v_step < 1 || plan.v_step > kMaxHeadDim) return fail("v_step " + std::to_string(plan.v_step));
   if (plan.threads < 1 || static_cast<int>(plan.per_thread.size()) != plan.threads) return fail("thread lists");
-  if (plan.scratch_bytes_per_thread < ScratchLayout(plan.chunk, plan.dk_padded, plan.v_step).bytes()) {
+  if (plan.group_items < 1 || plan.group_items > kMaxGroupItems) return fail("group_items " + std::to_string(plan.group_items));
+  if (plan.scratch_bytes_per_thread < ScratchLayout(plan.chunk, plan.dk_padded, plan.v_step, plan.group_items).bytes()) {
     return fail("scratch smaller than the kernel's layout");
   }
   // Coverage: every (seq, head, v column) exactly once; tokens match seq_lens.
@@ -191,7 +197,7 @@ std::string PlanToString(const Plan& plan) {
      << (plan.chunk == 1 ? "recurrent" : "chunk" + std::to_string(plan.chunk))
      << " bucket=" << (plan.dk_bucket ? std::to_string(plan.dk_bucket) : std::string("generic"))
      << " dk_padded=" << plan.dk_padded << " vStep=" << plan.v_step << " vTiles=" << plan.v_tiles
-     << " items=" << plan.items.size() << " threads=" << plan.threads
+     << " items=" << plan.items.size() << " group=" << plan.group_items << " threads=" << plan.threads
      << " scratch_per_thread=" << plan.scratch_bytes_per_thread << " target=" << ActiveTarget() << "\n";
   os << "why: " << plan.why << "\n";
   for (size_t t = 0; t < plan.per_thread.size(); ++t) {

@@ -27,6 +27,7 @@ MachineProfile LoadProfile() {
     const auto j = nlohmann::json::parse(f);
     MachineProfile read = prof;
     read.cache_budget_bytes = j.value("cache_budget_bytes", prof.cache_budget_bytes);
+    read.group_state_bytes = j.value("group_state_bytes", prof.group_state_bytes);
     const auto& sc = j.at("state_fma_cost");
     const auto& ic = j.at("inchunk_fma_cost");
     for (int i = 0; i < 4; ++i) {

@@ -16,7 +16,8 @@ struct ScratchLayout {
   // Panel widths (floats): K side padded to dk_pad, V side to w_pad, chunk to c_pad.
   int64_t c = 0, c_pad = 0, dk_pad = 0, w_pad = 0;
   // Offsets in floats from the (64-byte aligned) base.
-  int64_t state = 0;    // [dk_pad][w_pad]   S tile, FP32 between chunks
+  int64_t states = 1;   // state tiles held at once (a group of items, see Plan::group_items)
+  int64_t state = 0;    // [states][dk_pad][w_pad]  S tiles, FP32 between chunks
   int64_t q = 0;        // [c][dk_pad]       Q rows (normalised), then scale*e^G*Q
   int64_t k = 0;        // [c][dk_pad]       K rows (normalised)
   int64_t kb = 0;       // [c][dk_pad]       beta*K, then e^G*beta*K
@@ -33,8 +34,9 @@ struct ScratchLayout {
   int64_t total = 0;    // floats
 
   ScratchLayout() = default;
-  ScratchLayout(int64_t chunk, int64_t dk_padded, int64_t v_width) {
+  ScratchLayout(int64_t chunk, int64_t dk_padded, int64_t v_width, int64_t state_tiles = 1) {
     c = chunk;
+    states = state_tiles;
     c_pad = RoundUp(chunk, kLaneMultiple);
     dk_pad = dk_padded;
     w_pad = RoundUp(v_width, kLaneMultiple);
@@ -44,7 +46,7 @@ struct ScratchLayout {
       at += RoundUp(n, kScratchAlignFloats);
       return off;
     };
-    state = take(dk_pad * w_pad);
+    state = take(states * dk_pad * w_pad);
     q = take(c * dk_pad);
     k = take(c * dk_pad);
     kb = take(c * dk_pad);
@@ -61,6 +63,8 @@ struct ScratchLayout {
     total = at;
   }
   int64_t bytes() const { return total * 4 + 64; }  // +64: alignment slack of the base
+  int64_t tile_floats() const { return dk_pad * w_pad; }
+  float* StateTile(float* base, int64_t i) const { return base + state + i * tile_floats(); }
 };
 
 }  // namespace cgdr

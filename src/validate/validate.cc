@@ -239,6 +239,11 @@ Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Proble
   if (opt.v_step < 0 || opt.v_step > kMaxHeadDim) {
     return Status::Invalid(Cat("options.v_step: expected 0 (auto) .. ", kMaxHeadDim, ", got ", opt.v_step));
   }
+  if (opt.dk_bucket != 0 && opt.dk_bucket != -1 &&
+      !((opt.dk_bucket == 64 || opt.dk_bucket == 80 || opt.dk_bucket == 96 || opt.dk_bucket == 128) && opt.dk_bucket >= Dk)) {
+    return Status::Invalid(Cat("options.dk_bucket: expected 0 (auto), -1 (generic) or one of 64, 80, 96, 128 >= Dk = ", Dk,
+                               ", got ", opt.dk_bucket));
+  }
   if (!(std::isfinite(opt.scale) || std::isnan(opt.scale))) {
     return Status::Invalid(Cat("options.scale: expected a finite number (0 = 1/sqrt(Dk)), got ", opt.scale));
   }

@@ -1,0 +1,99 @@
+// The planner (SPEC 5): invariants hold for many shapes, V is split only when
+// threads would idle, and the plan prints its choices.
+#include <gtest/gtest.h>
+
+#include "cgdr/plan.hpp"
+
+namespace cgdr {
+namespace {
+
+Problem MakeProblem(std::vector<int64_t> lens, int64_t Nk, int64_t Nv, int64_t Dk, int64_t Dv, int threads, Algo algo = Algo::kAuto) {
+  Problem p;
+  p.seq_lens = lens;
+  for (int64_t l : lens) p.T += l;
+  p.B = static_cast<int64_t>(lens.size());
+  p.Nk = Nk; p.Nv = Nv; p.Dk = Dk; p.Dv = Dv;
+  p.scale = 0.1;
+  p.options.threads = threads;
+  p.options.algo = algo;
+  return p;
+}
+
+TEST(Plan, InvariantsHoldAcrossShapes) {
+  for (int64_t dk : {1, 16, 63, 64, 65, 80, 81, 96, 97, 128, 129, 200, 256}) {
+    for (int64_t dv : {1, 17, 64, 128, 256}) {
+      for (int threads : {1, 2, 3, 7, 16}) {
+        for (Algo a : {Algo::kAuto, Algo::kRecurrent, Algo::kChunk16, Algo::kChunk64}) {
+          Plan plan;
+          const Status s = MakePlan(MakeProblem({5, 0, 130}, 2, 4, dk, dv, threads, a), MachineProfile{}, &plan);
+          ASSERT_TRUE(s.ok()) << s.message();
+          EXPECT_TRUE(CheckPlan(plan).ok());
+          EXPECT_GE(plan.dk_padded, dk);
+          EXPECT_EQ(plan.dk_padded % 16, 0);
+        }
+      }
+    }
+  }
+}
+
+TEST(Plan, BucketsFollowDk) {
+  const std::pair<int64_t, int> cases[] = {{1, 64}, {64, 64}, {65, 80}, {80, 80}, {81, 96}, {96, 96}, {97, 128}, {128, 128}, {129, 0}, {256, 0}};
+  for (auto [dk, bucket] : cases) {
+    Plan plan;
+    ASSERT_TRUE(MakePlan(MakeProblem({10}, 1, 1, dk, 32, 1), MachineProfile{}, &plan).ok());
+    EXPECT_EQ(plan.dk_bucket, bucket) << "Dk=" << dk;
+  }
+}
+
+TEST(Plan, VSplitOnlyWhenThreadsWouldIdle) {
+  Plan many, few;
+  ASSERT_TRUE(MakePlan(MakeProblem({4096}, 16, 32, 128, 128, 2), MachineProfile{}, &many).ok());
+  EXPECT_EQ(many.v_tiles, 1) << PlanToString(many);
+  ASSERT_TRUE(MakePlan(MakeProblem({4096}, 1, 1, 128, 128, 4), MachineProfile{}, &few).ok());
+  EXPECT_GE(few.v_tiles, 4) << PlanToString(few);
+  for (const auto& list : few.per_thread) EXPECT_FALSE(list.empty()) << PlanToString(few);
+}
+
+TEST(Plan, ThreadsBalancedByTokens) {
+  Plan plan;
+  ASSERT_TRUE(MakePlan(MakeProblem({4000, 1000, 1000, 1000, 1000}, 1, 1, 64, 64, 2), MachineProfile{}, &plan).ok());
+  int64_t load[2] = {0, 0};
+  for (int t = 0; t < 2; ++t)
+    for (int64_t i : plan.per_thread[t]) load[t] += plan.items[i].tokens;
+  EXPECT_EQ(load[0], 4000);
+  EXPECT_EQ(load[1], 4000);
+}
+
+TEST(Plan, HugeShapesUse64BitArithmetic) {
+  // T * Nv * Dv = 2^22 * 64 * 256 = 2^36 elements: planned without overflow.
+  Plan plan;
+  ASSERT_TRUE(MakePlan(MakeProblem({int64_t{1} << 21, int64_t{1} << 21}, 8, 64, 256, 256, 4), MachineProfile{}, &plan).ok());
+  EXPECT_TRUE(CheckPlan(plan).ok());
+  EXPECT_EQ(plan.items.back().token_begin, int64_t{1} << 21);
+}
+
+TEST(Plan, CheckPlanCatchesBrokenPlans) {
+  Plan plan;
+  ASSERT_TRUE(MakePlan(MakeProblem({10, 20}, 1, 2, 32, 32, 2), MachineProfile{}, &plan).ok());
+  Plan dup = plan;
+  dup.per_thread[0].push_back(dup.per_thread[1].empty() ? 0 : dup.per_thread[1][0]);
+  EXPECT_FALSE(CheckPlan(dup).ok());
+  Plan small = plan;
+  small.scratch_bytes_per_thread = 64;
+  EXPECT_FALSE(CheckPlan(small).ok());
+  Plan gap = plan;
+  gap.items[0].v_width -= 1;
+  EXPECT_FALSE(CheckPlan(gap).ok());
+}
+
+TEST(Plan, PrintsChoicesAndReasons) {
+  Plan plan;
+  ASSERT_TRUE(MakePlan(MakeProblem({8192}, 16, 32, 128, 128, 2), MachineProfile{}, &plan).ok());
+  const std::string s = PlanToString(plan);
+  for (const char* key : {"CGDR_PLAN", "chunk=", "bucket=128", "vStep=", "items=32", "threads=2", "why:", "scratch_per_thread="}) {
+    EXPECT_NE(s.find(key), std::string::npos) << key << " missing from:\n" << s;
+  }
+}
+
+}  // namespace
+}  // namespace cgdr
