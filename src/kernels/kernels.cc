@@ -135,25 +135,27 @@ HWY_INLINE void StoreOutputRows(const ItemView& iv, const ScratchLayout& L, cons
 }
 
 // C = 1: tokens [t, t + n) of one item, token by token.
+template <int kDkPad>
 HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT S,
                               float scale, int64_t t0, int64_t n) {
   ChunkVectors cv(base + L.vec, L.c_pad);
   for (int64_t t = t0; t < t0 + n; ++t) {
     LoadChunk(iv, L, base, t, 1);
-    RecurrentToken(S, L.dk_pad, L.w_pad, base + L.q, base + L.k, base + L.vb, cv.beta[0], std::exp(cv.g[0]), scale,
+    RecurrentToken(S, kDkPad ? kDkPad : L.dk_pad, L.w_pad, base + L.q, base + L.k, base + L.vb, cv.beta[0], std::exp(cv.g[0]), scale,
                    base + L.o);
     StoreOutputRows(iv, L, base + L.o, t, 1);
   }
 }
 
 // C = 16 .. 128: one chunk [t, t + n) of one item, SPEC 4.
+template <int kDkPad>
 HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT S,
                           float scale, int64_t t, int64_t n) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   ChunkVectors cv(base + L.vec, L.c_pad);
   LoadChunk(iv, L, base, t, n);
-  PrepareKSide(L, base, n, scale);
+  PrepareKSide<kDkPad>(L, base, n, scale);
   for (int64_t i = 0; i < n; ++i) {  // Vb = diag(beta) V
     float* row = base + L.vb + i * L.w_pad;
     const auto b = hn::Set(d, cv.beta[i]);
@@ -167,6 +169,7 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
 // chunk reads the same few rows of q, k, v for all heads of the group, so
 // inputs stream through the caches and TLB once instead of once per head.
 // Each item's arithmetic is the same as alone (bitwise).
+template <int kDkPad>
 HWY_INLINE void RunGroup(const Plan& plan, const Inputs& in, const Outputs& out, const int64_t* items, int64_t count,
                          const ScratchLayout& L, float* HWY_RESTRICT base) {
   const Problem& p = plan.problem;
@@ -185,9 +188,9 @@ HWY_INLINE void RunGroup(const Plan& plan, const Inputs& in, const Outputs& out,
     const int64_t n = std::min<int64_t>(step, t_end - t);
     for (int64_t g = 0; g < count; ++g) {
       if (plan.chunk == 1) {
-        RecurrentSpan(views[g], L, base, L.StateTile(base, g), scale, t, n);
+        RecurrentSpan<kDkPad>(views[g], L, base, L.StateTile(base, g), scale, t, n);
       } else {
-        ChunkStep(views[g], L, base, L.StateTile(base, g), scale, t, n);
+        ChunkStep<kDkPad>(views[g], L, base, L.StateTile(base, g), scale, t, n);
       }
     }
   }
@@ -196,7 +199,8 @@ HWY_INLINE void RunGroup(const Plan& plan, const Inputs& in, const Outputs& out,
 
 // Splits one thread's item list into groups: consecutive items of the same
 // sequence, at most plan.group_items each.
-HWY_INLINE void RunThreadItems(const Plan& plan, const Inputs& in, const Outputs& out, const std::vector<int64_t>& list,
+template <int kDkPad>
+HWY_NOINLINE void RunThreadItems(const Plan& plan, const Inputs& in, const Outputs& out, const std::vector<int64_t>& list,
                                const ScratchLayout& L, float* HWY_RESTRICT base) {
   size_t i = 0;
   while (i < list.size()) {
@@ -205,8 +209,20 @@ HWY_INLINE void RunThreadItems(const Plan& plan, const Inputs& in, const Outputs
            plan.items[list[j]].seq == plan.items[list[i]].seq) {
       ++j;
     }
-    RunGroup(plan, in, out, list.data() + i, static_cast<int64_t>(j - i), L, base);
+    RunGroup<kDkPad>(plan, in, out, list.data() + i, static_cast<int64_t>(j - i), L, base);
     i = j;
+  }
+}
+
+// One template instance per Dk bucket; the plan picked the bucket.
+void RunThreadItemsForBucket(const Plan& plan, const Inputs& in, const Outputs& out, const std::vector<int64_t>& list,
+                             const ScratchLayout& L, float* HWY_RESTRICT base) {
+  switch (plan.dk_bucket) {
+    case 64: return RunThreadItems<64>(plan, in, out, list, L, base);
+    case 80: return RunThreadItems<80>(plan, in, out, list, L, base);
+    case 96: return RunThreadItems<96>(plan, in, out, list, L, base);
+    case 128: return RunThreadItems<128>(plan, in, out, list, L, base);
+    default: return RunThreadItems<0>(plan, in, out, list, L, base);
   }
 }
 
@@ -236,7 +252,7 @@ Status ExecuteImpl(const Plan& plan, const Inputs& in, const Outputs& out) {
     // t = id (mod granted), so all lists run and results do not change.
     const int granted = omp_get_num_threads();
     for (int t = omp_get_thread_num(); t < plan.threads; t += granted) {
-      RunThreadItems(plan, in, out, plan.per_thread[t], L, scratch[t].get());
+      RunThreadItemsForBucket(plan, in, out, plan.per_thread[t], L, scratch[t].get());
     }
   }
   return Status::Ok();

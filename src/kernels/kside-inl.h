@@ -133,10 +133,13 @@ HWY_INLINE void ApplyDecayMasks(const ChunkVectors& cv, int64_t n, int64_t cp, f
 //   kcd = A diag(e^G) Kb               [c x dk_pad]
 //   qk  = P = lower_incl((Q K^T) * e^(G_i - G_j)) * scale
 //   q   = scale * diag(e^G) Q
+// kDkPad: the Dk bucket (64, 80, 96, 128) as a compile-time trip count, or 0
+// for the generic path (SPEC 5, seeds' kSpecializedDk).
+template <int kDkPad>
 HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, float scale) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t dk = L.dk_pad, cp = L.c_pad;
+  const int64_t dk = kDkPad ? kDkPad : L.dk_pad, cp = L.c_pad;
   float* q = base + L.q;
   float* k = base + L.k;
   float* kb = base + L.kb;
