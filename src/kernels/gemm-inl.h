@@ -67,6 +67,25 @@ constexpr int kBlockVecs = 2;
 #endif
 constexpr int kBlockRows = 4;
 
+// V-side buffers (S, Vb, Vnew, O) are stored in column panels of
+// PanelCols() columns: panel c0 holds columns [c0, c0 + width) of every row,
+// contiguous, row stride = width. In a plain [rows][128] layout a 64-column
+// panel has a 512-byte row stride and lands on half of L1's sets, so the
+// 32 KiB panel of S the products reuse would not stay in L1.
+HWY_INLINE int64_t PanelCols() { return kBlockVecs * static_cast<int64_t>(hn::Lanes(DF())); }
+
+struct Panels {
+  int64_t rows = 0, w_pad = 0, P = 0;
+  Panels(int64_t rows_, int64_t w_pad_) : rows(rows_), w_pad(w_pad_), P(PanelCols()) {}
+  int64_t Width(int64_t c0) const { return std::min(P, w_pad - c0); }
+  float* Base(float* buf, int64_t c0) const { return buf + c0 * rows; }
+  const float* Base(const float* buf, int64_t c0) const { return buf + c0 * rows; }
+  float* At(float* buf, int64_t r, int64_t c) const {
+    const int64_t c0 = c / P * P;
+    return buf + c0 * rows + r * Width(c0) + (c - c0);
+  }
+};
+
 template <int R, int NV, bool kNegate>
 HWY_INLINE void AccumulateSegment(DF d, const Segment& s, int64_t r0, int64_t c0, VF (&acc)[R][NV]) {
   const size_t N = hn::Lanes(d);
@@ -76,21 +95,31 @@ HWY_INLINE void AccumulateSegment(DF d, const Segment& s, int64_t r0, int64_t c0
   for (int64_t kk = 0; kk < dense_end; ++kk) {
     const float* brow = s.b + kk * s.ldb + c0;
     VF b[NV];
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) b[v] = hn::Load(d, brow + v * N);
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const VF av = hn::Set(d, a[r * s.lda + kk * s.a_kstride]);
+#pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[r][v] = kNegate ? hn::NegMulAdd(av, b[v], acc[r][v]) : hn::MulAdd(av, b[v], acc[r][v]);
     }
   }
   if (!s.lower) return;
-  // Triangle: k = r0 + j is read only by rows r >= j.
-  for (int j = 0; j < R && r0 + j < s.k; ++j) {
+  // Triangle: k = r0 + j is read only by rows r >= j. Loops have compile-time
+  // bounds so acc[][] is indexed statically and stays in registers.
+#pragma GCC unroll 8
+  for (int j = 0; j < R; ++j) {
     const int64_t kk = r0 + j;
+    if (kk >= s.k) break;
     const float* brow = s.b + kk * s.ldb + c0;
     VF b[NV];
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) b[v] = hn::Load(d, brow + v * N);
-    for (int r = j; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      if (r < j) continue;
       const VF av = hn::Set(d, a[r * s.lda + kk * s.a_kstride]);
+#pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[r][v] = kNegate ? hn::NegMulAdd(av, b[v], acc[r][v]) : hn::MulAdd(av, b[v], acc[r][v]);
     }
   }
@@ -102,10 +131,14 @@ HWY_INLINE void GemmTile(DF d, const GemmJob& job, int64_t r0, int64_t c0) {
   VF acc[R][NV];
   if (job.c_init) {
     const VF alpha = hn::Set(d, job.alpha);
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[r][v] = hn::Mul(alpha, hn::Load(d, job.c_init + (r0 + r) * job.ld_init + c0 + v * N));
   } else {
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[r][v] = hn::Zero(d);
   }
   for (int s = 0; s < job.segments; ++s) {
@@ -115,13 +148,12 @@ HWY_INLINE void GemmTile(DF d, const GemmJob& job, int64_t r0, int64_t c0) {
       AccumulateSegment<R, NV, false>(d, job.seg[s], r0, c0, acc);
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) hn::Store(acc[r][v], d, job.c + (r0 + r) * job.ldc + c0 + v * N);
 }
 
-// Columns [c0, c0 + NV vectors) for every row block. Column panels are the
-// outer loop so one panel of B (k x NV*lanes floats, <= 32 KiB for k = 128)
-// stays in L1 while all row blocks stream past it.
 template <int NV>
 HWY_INLINE void GemmColumnPanel(DF d, const GemmJob& job, int64_t c0) {
   // Lower-triangular results need columns < r0 + R only: start at the first row

@@ -8,10 +8,12 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "core/alloc.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -27,8 +29,6 @@ HWY_BEFORE_NAMESPACE();
 namespace cgdr {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-constexpr int64_t kRecurrentSpan = 16;  // tokens per item visit for C = 1 (the tile stays in L1)
 
 // Address of element `index` of a tensor (64-bit offsets throughout: SPEC 3).
 inline const void* At(const TensorView& t, int64_t index) {
@@ -48,36 +48,49 @@ struct ItemView {
   int64_t state_base;  // element offset of state (seq, head)
 };
 
-// S tile [dk_pad x w_pad] from initial_state (zero when absent); zero padding.
+// S tile [dk_pad x w_pad] (column panels) from initial_state (zero when
+// absent); zero padding.
 HWY_INLINE void LoadStateTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT S) {
   const Problem& p = *iv.p;
   const WorkItem& it = *iv.it;
+  const Panels sp(L.dk_pad, L.w_pad);
   for (int64_t i = 0; i < L.dk_pad * L.w_pad; ++i) S[i] = 0.0f;
   const TensorView& init = iv.in->initial_state;
   if (!init.present()) return;
   if (p.options.state_layout == StateLayout::kKV) {
-    for (int64_t r = 0; r < p.Dk; ++r) LoadRow(At(init, iv.state_base + r * p.Dv + it.v_begin), init.dtype, it.v_width, S + r * L.w_pad, L.w_pad);
+    for (int64_t c0 = 0; c0 < it.v_width; c0 += sp.P) {
+      const int64_t pw = sp.Width(c0), cols = std::min(pw, it.v_width - c0);
+      for (int64_t r = 0; r < p.Dk; ++r) {
+        LoadRow(At(init, iv.state_base + r * p.Dv + it.v_begin + c0), init.dtype, cols, sp.Base(S, c0) + r * pw, pw);
+      }
+    }
   } else {
     float* line = base + L.line;
     for (int64_t j = 0; j < it.v_width; ++j) {
       LoadRow(At(init, iv.state_base + (it.v_begin + j) * p.Dk), init.dtype, p.Dk, line, p.Dk);
-      for (int64_t r = 0; r < p.Dk; ++r) S[r * L.w_pad + j] = line[r];
+      for (int64_t r = 0; r < p.Dk; ++r) *sp.At(S, r, j) = line[r];
     }
   }
 }
 
 // The FP32 state is rounded to the output dtype once, here (seeds 003 s.2).
-HWY_INLINE void StoreStateTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, const float* HWY_RESTRICT S) {
+HWY_INLINE void StoreStateTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT S) {
   const Problem& p = *iv.p;
   const WorkItem& it = *iv.it;
   const TensorView& fin = iv.out->final_state;
   if (!fin.present()) return;
+  const Panels sp(L.dk_pad, L.w_pad);
   if (p.options.state_layout == StateLayout::kKV) {
-    for (int64_t r = 0; r < p.Dk; ++r) StoreRow(S + r * L.w_pad, it.v_width, fin.dtype, AtMut(fin, iv.state_base + r * p.Dv + it.v_begin));
+    for (int64_t c0 = 0; c0 < it.v_width; c0 += sp.P) {
+      const int64_t pw = sp.Width(c0), cols = std::min(pw, it.v_width - c0);
+      for (int64_t r = 0; r < p.Dk; ++r) {
+        StoreRow(sp.Base(S, c0) + r * pw, cols, fin.dtype, AtMut(fin, iv.state_base + r * p.Dv + it.v_begin + c0));
+      }
+    }
   } else {
     float* line = base + L.line;
     for (int64_t j = 0; j < it.v_width; ++j) {
-      for (int64_t r = 0; r < p.Dk; ++r) line[r] = S[r * L.w_pad + j];
+      for (int64_t r = 0; r < p.Dk; ++r) line[r] = *sp.At(S, r, j);
       StoreRow(line, p.Dk, fin.dtype, AtMut(fin, iv.state_base + (it.v_begin + j) * p.Dk));
     }
   }
@@ -100,8 +113,12 @@ HWY_INLINE void LoadChunk(const ItemView& iv, const ScratchLayout& L, float* HWY
       L2NormalizeRow(q, p.Dk);
       L2NormalizeRow(k, p.Dk);
     }
-    LoadRow(At(in.value, (row * p.Nv + h) * p.Dv + iv.it->v_begin), in.value.dtype, iv.it->v_width,
-            base + L.vb + i * L.w_pad, L.w_pad);
+    const Panels rp(L.c, L.w_pad);
+    for (int64_t c0 = 0; c0 < L.w_pad; c0 += rp.P) {
+      const int64_t pw = rp.Width(c0), cols = std::clamp<int64_t>(iv.it->v_width - c0, 0, pw);
+      LoadRow(At(in.value, (row * p.Nv + h) * p.Dv + iv.it->v_begin + c0), in.value.dtype, cols,
+              rp.Base(base + L.vb, c0) + i * pw, pw);
+    }
     cv.beta[i] = LoadAsF32(in.beta.data, in.beta.dtype, row * p.Nv + h);
     cv.g[i] = p.has_g ? LoadAsF32(in.g.data, in.g.dtype, row * p.Nv + h) : 0.0f;
   }
@@ -128,23 +145,37 @@ HWY_INLINE void PrefetchChunk(const ItemView& iv, int64_t t, int64_t n) {
 
 HWY_INLINE void StoreOutputRows(const ItemView& iv, const ScratchLayout& L, const float* HWY_RESTRICT o, int64_t t, int64_t n) {
   const Problem& p = *iv.p;
-  for (int64_t i = 0; i < n; ++i) {
-    StoreRow(o + i * L.w_pad, iv.it->v_width, iv.out->out.dtype,
-             AtMut(iv.out->out, ((t + i) * p.Nv + iv.it->head) * p.Dv + iv.it->v_begin));
+  const Panels rp(L.c, L.w_pad);
+  for (int64_t c0 = 0; c0 < iv.it->v_width; c0 += rp.P) {
+    const int64_t pw = rp.Width(c0), cols = std::min(pw, iv.it->v_width - c0);
+    for (int64_t i = 0; i < n; ++i) {
+      StoreRow(rp.Base(o, c0) + i * pw, cols, iv.out->out.dtype,
+               AtMut(iv.out->out, ((t + i) * p.Nv + iv.it->head) * p.Dv + iv.it->v_begin + c0));
+    }
   }
 }
 
-// C = 1: tokens [t, t + n) of one item, token by token.
+// C = 1: tokens [t, t + n) of one item (n <= kRecurrentSpan), token by
+// token, one state panel at a time so the panel stays in L1 for all n tokens.
 template <int kDkPad>
 HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT S,
-                              float scale, int64_t t0, int64_t n) {
+                              float scale, int64_t t, int64_t n) {
+  const int64_t dk = kDkPad ? kDkPad : L.dk_pad;
   ChunkVectors cv(base + L.vec, L.c_pad);
-  for (int64_t t = t0; t < t0 + n; ++t) {
-    LoadChunk(iv, L, base, t, 1);
-    RecurrentToken(S, kDkPad ? kDkPad : L.dk_pad, L.w_pad, base + L.q, base + L.k, base + L.vb, cv.beta[0], std::exp(cv.g[0]), scale,
-                   base + L.o);
-    StoreOutputRows(iv, L, base + L.o, t, 1);
+  LoadChunk(iv, L, base, t, n);
+  for (int64_t i = 0; i < n; ++i) cv.eG[i] = std::exp(cv.g[i]);
+  const Panels sp(L.dk_pad, L.w_pad), rp(L.c, L.w_pad);
+  for (int64_t c0 = 0; c0 < L.w_pad; c0 += sp.P) {
+    const int64_t pw = sp.Width(c0);
+    float* s = sp.Base(S, c0);
+    const float* v = rp.Base(base + L.vb, c0);
+    float* o = rp.Base(base + L.o, c0);
+    for (int64_t i = 0; i < n; ++i) {
+      RecurrentTokenPanel(s, dk, pw, base + L.q + i * L.dk_pad, base + L.k + i * L.dk_pad, v + i * pw, cv.beta[i],
+                          cv.eG[i], scale, o + i * pw);
+    }
   }
+  StoreOutputRows(iv, L, base + L.o, t, n);
 }
 
 // C = 16 .. 128: one chunk [t, t + n) of one item, SPEC 4.
@@ -156,10 +187,14 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
   ChunkVectors cv(base + L.vec, L.c_pad);
   LoadChunk(iv, L, base, t, n);
   PrepareKSide<kDkPad>(L, base, n, scale);
-  for (int64_t i = 0; i < n; ++i) {  // Vb = diag(beta) V
-    float* row = base + L.vb + i * L.w_pad;
-    const auto b = hn::Set(d, cv.beta[i]);
-    for (int64_t c = 0; c < L.w_pad; c += N) hn::Store(hn::Mul(b, hn::Load(d, row + c)), d, row + c);
+  const Panels rp(L.c, L.w_pad);
+  for (int64_t c0 = 0; c0 < L.w_pad; c0 += rp.P) {  // Vb = diag(beta) V
+    const int64_t pw = rp.Width(c0);
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = rp.Base(base + L.vb, c0) + i * pw;
+      const auto b = hn::Set(d, cv.beta[i]);
+      for (int64_t c = 0; c < pw; c += N) hn::Store(hn::Mul(b, hn::Load(d, row + c)), d, row + c);
+    }
   }
   ChunkVSide(L, base, S, n);
   StoreOutputRows(iv, L, base + L.o, t, n);
@@ -243,7 +278,7 @@ Status ExecuteImpl(const Plan& plan, const Inputs& in, const Outputs& out) {
       scratch.emplace_back(nullptr, hwy::AlignedFreer(nullptr, nullptr));
       continue;
     }
-    scratch.push_back(hwy::AllocateAligned<float>(static_cast<size_t>(L.total)));
+    scratch.push_back(AllocateScratch(static_cast<size_t>(L.total)));  // core/alloc.h: fault injection in tests
     if (!scratch.back()) return Status(Code::kResourceExhausted, "cannot allocate kernel scratch (" + std::to_string(L.bytes()) + " bytes per thread)");
   }
 #pragma omp parallel num_threads(plan.threads)

@@ -1,5 +1,5 @@
-// The token-by-token formulation (C = 1, SPEC 1) over an L1-resident state
-// tile S [dk_pad x w_pad]: two passes per token instead of four.
+// The token-by-token formulation (C = 1, SPEC 1) over an L1-resident column
+// panel of the state tile: two passes per token instead of four.
 //   pass 1: x = S^T k                       (decay folded in: (aS)^T k = a x)
 //   pass 2: S = a S + k (beta (v - a x))^T  and  o = scale S^T q, fused
 #if defined(CGDR_KERNELS_RECURRENT_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "hwy/highway.h"
+#include "kernels/gemm-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace cgdr {
@@ -50,16 +51,17 @@ HWY_INLINE void TokenColumns(float* HWY_RESTRICT S, int64_t dk, int64_t ld, int6
   for (int j = 0; j < NV; ++j) hn::Store(hn::Mul(vs, acc[j]), d, o + c0 + j * N);
 }
 
-// One token on the whole tile; v, o have w_pad entries (padding zero in v).
-HWY_INLINE void RecurrentToken(float* HWY_RESTRICT S, int64_t dk, int64_t w_pad, const float* HWY_RESTRICT q,
-                               const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, float beta, float a,
-                               float scale, float* HWY_RESTRICT o) {
+// One token on one column panel of the tile (ld = panel width); v and o are
+// the panel's parts of the token's rows (padding zero in v).
+HWY_INLINE void RecurrentTokenPanel(float* HWY_RESTRICT S, int64_t dk, int64_t width, const float* HWY_RESTRICT q,
+                                    const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, float beta, float a,
+                                    float scale, float* HWY_RESTRICT o) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t vecs = w_pad / N;
+  const int64_t vecs = width / N;
   int64_t j = 0;
-  for (; j + kTokenBlockVecs <= vecs; j += kTokenBlockVecs) TokenColumns<kTokenBlockVecs>(S, dk, w_pad, j * N, q, k, v, beta, a, scale, o);
-  for (; j < vecs; ++j) TokenColumns<1>(S, dk, w_pad, j * N, q, k, v, beta, a, scale, o);
+  for (; j + kTokenBlockVecs <= vecs; j += kTokenBlockVecs) TokenColumns<kTokenBlockVecs>(S, dk, width, j * N, q, k, v, beta, a, scale, o);
+  for (; j < vecs; ++j) TokenColumns<1>(S, dk, width, j * N, q, k, v, beta, a, scale, o);
 }
 
 }  // namespace HWY_NAMESPACE

@@ -12,9 +12,13 @@ constexpr int64_t kLaneMultiple = 16;        // widths padded for the widest vec
 
 inline int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// C = 1 loads this many tokens' rows at once and runs them panel by panel.
+constexpr int64_t kRecurrentSpan = 16;
+inline int64_t RowsPerStep(int64_t chunk) { return chunk == 1 ? kRecurrentSpan : chunk; }
+
 struct ScratchLayout {
   // Panel widths (floats): K side padded to dk_pad, V side to w_pad, chunk to c_pad.
-  int64_t c = 0, c_pad = 0, dk_pad = 0, w_pad = 0;
+  int64_t c = 0, c_pad = 0, dk_pad = 0, w_pad = 0;  // c: rows per step (chunk, or kRecurrentSpan for C = 1)
   // Offsets in floats from the (64-byte aligned) base.
   int64_t states = 1;   // state tiles held at once (a group of items, see Plan::group_items)
   int64_t state = 0;    // [states][dk_pad][w_pad]  S tiles, FP32 between chunks
@@ -26,7 +30,8 @@ struct ScratchLayout {
   int64_t attn = 0;     // [c][c_pad]        L, then A = (I+L)^-1
   int64_t qk = 0;       // [c][c_pad]        P = masked scaled decayed Q K^T
   int64_t tmp = 0;      // [c][c_pad]        blocked-inverse temporaries
-  int64_t vb = 0;       // [c][w_pad]        beta*V
+  // V-side buffers below are column-panel major (see Panels in gemm-inl.h).
+  int64_t vb = 0;       // [c][w_pad]        beta*V (V for C = 1)
   int64_t vnew = 0;     // [c][w_pad]        Vnew = A Vb - Kcd S
   int64_t o = 0;        // [c][w_pad]        output rows of the tile
   int64_t vec = 0;      // [8][c_pad]        g, G, e^G, beta, e^(G_last-G), ...
@@ -35,9 +40,9 @@ struct ScratchLayout {
 
   ScratchLayout() = default;
   ScratchLayout(int64_t chunk, int64_t dk_padded, int64_t v_width, int64_t state_tiles = 1) {
-    c = chunk;
+    c = RowsPerStep(chunk);
     states = state_tiles;
-    c_pad = RoundUp(chunk, kLaneMultiple);
+    c_pad = RoundUp(c, kLaneMultiple);
     dk_pad = dk_padded;
     w_pad = RoundUp(v_width, kLaneMultiple);
     int64_t at = 0;
