@@ -65,7 +65,6 @@ constexpr int kBlockVecs = 4;
 #else
 constexpr int kBlockVecs = 2;
 #endif
-constexpr int kBlockRows = 4;
 
 // V-side buffers (S, Vb, Vnew, O) are stored in column panels of
 // PanelCols() columns: panel c0 holds columns [c0, c0 + width) of every row,
@@ -154,15 +153,31 @@ HWY_INLINE void GemmTile(DF d, const GemmJob& job, int64_t r0, int64_t c0) {
     for (int v = 0; v < NV; ++v) hn::Store(acc[r][v], d, job.c + (r0 + r) * job.ldc + c0 + v * N);
 }
 
+// Rows per register block for NV column vectors: enough independent FMA
+// chains (>= 8: 4-cycle latency, 2 pipes) within the register file. A
+// narrow product (one vector of columns, e.g. K K^T for C = 16) needs many
+// rows per block or it runs at half speed on the FMA latency.
+template <int NV>
+constexpr int RowsPerBlock() {
+#if HWY_TARGET <= HWY_AVX3
+  return NV == 1 ? 16 : (NV == 2 ? 8 : (NV == 3 ? 5 : 4));
+#else
+  return NV == 1 ? 8 : 4;
+#endif
+}
+
+// Columns [c0, c0 + NV vectors) for every row block. Column panels are the
+// outer loop so one panel of B stays in L1 while all row blocks stream past.
 template <int NV>
 HWY_INLINE void GemmColumnPanel(DF d, const GemmJob& job, int64_t c0) {
-  // Lower-triangular results need columns < r0 + R only: start at the first row
-  // block that reaches column c0.
-  int64_t r0 = job.lower_result ? std::min<int64_t>(job.rows, c0 / kBlockRows * kBlockRows) : 0;
-  for (; r0 + kBlockRows <= job.rows; r0 += kBlockRows) GemmTile<kBlockRows, NV>(d, job, r0, c0);
-  for (; r0 < job.rows; ++r0) {
-    if (!job.lower_result || c0 <= r0) GemmTile<1, NV>(d, job, r0, c0);
+  constexpr int R = RowsPerBlock<NV>();
+  // Lower-triangular results need columns <= row only: rows before c0 skip the panel.
+  int64_t r0 = job.lower_result ? std::min<int64_t>(job.rows, c0) : 0;
+  for (; r0 + R <= job.rows; r0 += R) GemmTile<R, NV>(d, job, r0, c0);
+  if constexpr (R > 4) {
+    for (; r0 + 4 <= job.rows; r0 += 4) GemmTile<4, NV>(d, job, r0, c0);
   }
+  for (; r0 < job.rows; ++r0) GemmTile<1, NV>(d, job, r0, c0);
 }
 
 HWY_NOINLINE void Gemm(const GemmJob& job) {
