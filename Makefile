@@ -27,6 +27,37 @@ test-sanitize: setup
 	@cmake --build build-asan -j $(JOBS)
 	@cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L unit
 
+# The threading tests under ThreadSanitizer (issue "hardening" 2/7), built with
+# clang so OpenMP is libomp, whose Archer tool gives TSan OpenMP's
+# synchronisation (libgomp would only produce false reports). Only the test
+# executables that run are built.
+TSAN_TESTS ?= Concurrency|Determinism|GuardBand|Decode\.Bitwise|InjectionIsThreadSafe
+test-tsan: setup
+	@CC=clang CXX=clang++ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCGDR_TSAN=ON -DCGDR_PYTHON=OFF -DCGDR_BENCH=OFF >/dev/null
+	@cmake --build build-tsan -j $(JOBS) --target concurrency_test determinism_test guard_band_test decode_test resource_failure_test
+	@cd build-tsan && OMP_TOOL_LIBRARIES=$$(clang -print-resource-dir)/../../libarcher.so \
+	  TSAN_OPTIONS="halt_on_error=1 abort_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+	  ctest --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)'
+
+# libFuzzer targets (fuzz/README.md): each runs FUZZ_SECONDS over a scratch
+# copy of its seed corpus; any crash fails the target and leaves the input in
+# build-fuzz/<target>-crash-*.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= safetensors api differential
+fuzz: setup
+	@CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCGDR_FUZZ=ON -DCGDR_SANITIZE=ON -DCGDR_PYTHON=OFF -DCGDR_BENCH=OFF >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target $(addsuffix _fuzzer,$(FUZZ_TARGETS))
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p build-fuzz/corpus/$$t; \
+	  dict=; [ -f fuzz/$$t.dict ] && dict=-dict=fuzz/$$t.dict; \
+	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	  if ! build-fuzz/fuzz/$${t}_fuzzer $$dict -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	      -artifact_prefix=build-fuzz/$$t- build-fuzz/corpus/$$t fuzz/corpus/$$t >build-fuzz/$$t.log 2>&1; then \
+	    tail -n 60 build-fuzz/$$t.log; echo "fuzz: $$t FAILED (log: build-fuzz/$$t.log)"; exit 1; \
+	  fi; \
+	  grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' build-fuzz/$$t.log; \
+	done
+
 bench: build
 	@$(BUILD_DIR)/cgdr bench
 

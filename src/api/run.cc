@@ -1,11 +1,34 @@
 // The public entry: validate -> plan -> execute (ARCHITECTURE data flow).
+#include <cmath>
 #include <new>
+#include <string>
 
 #include "cgdr/cgdr.hpp"
 #include "cgdr/plan.hpp"
+#include "core/dtype.h"
 #include "kernels/kernels.h"
 
 namespace cgdr {
+namespace {
+
+// check_values, after the run: finite inputs can still overflow FP32 inside
+// the computation (e.g. keys of norm 1e20 without l2norm). Such outputs are
+// reported, never handed back as a silent success (issue "hardening" 4).
+Status CheckOutputFinite(const char* name, const TensorView& t) {
+  if (!t.present()) return Status::Ok();
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = LoadAsF32(t.data, t.dtype, i);
+    if (!std::isfinite(v)) {
+      return Status::Invalid(std::string(name) + ": non-finite value " + std::to_string(v) + " at flat index " +
+                             std::to_string(i) + " computed from finite inputs (FP32/" + DTypeName(t.dtype) +
+                             " range exceeded; check_values); the outputs are invalid");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status Run(const Inputs& in, const Outputs& out, const Options& opt) {
   try {
@@ -15,7 +38,10 @@ Status Run(const Inputs& in, const Outputs& out, const Options& opt) {
     Plan plan;
     s = MakePlan(problem, DefaultProfile(), &plan);
     if (!s.ok()) return s;
-    return Execute(plan, in, out);
+    s = Execute(plan, in, out);
+    if (!s.ok() || !opt.check_values) return s;
+    s = CheckOutputFinite("out", out.out);
+    return s.ok() ? CheckOutputFinite("final_state", out.final_state) : s;
   } catch (const std::bad_alloc&) {
     return Status(Code::kResourceExhausted, "out of memory while planning or allocating scratch");
   }

@@ -28,8 +28,9 @@ struct ChunkVectors {
   float* G;      // in-chunk prefix sum of g (never a global one: seeds 001 s.6)
   float* eG;     // exp(G_i)
   float* eGl;    // exp(G_last - G_i)
+  float* D;      // one row of D_ij = G_i - G_j = g_(j+1) + ... + g_i, built row by row
   explicit ChunkVectors(float* vec, int64_t c_pad)
-      : beta(vec), g(vec + c_pad), G(vec + 2 * c_pad), eG(vec + 3 * c_pad), eGl(vec + 4 * c_pad) {}
+      : beta(vec), g(vec + c_pad), G(vec + 2 * c_pad), eG(vec + 3 * c_pad), eGl(vec + 4 * c_pad), D(vec + 5 * c_pad) {}
 };
 
 // The 16x16 diagonal blocks by forward substitution on rows of 16 lanes:
@@ -99,14 +100,19 @@ HWY_INLINE void TransposeRows(const float* HWY_RESTRICT k, int64_t dk, int64_t n
 // a time: L_ij = [j < i] (Kb K^T)_ij e^(G_i - G_j),
 // P_ij = [j <= i] (Q K^T)_ij e^(G_i - G_j) scale. Entries right of the
 // diagonal are selected to zero, never multiplied (they may be unwritten).
+// The exponents G_i - G_j are summed directly, D_ij = D_(i-1)j + g_i, not
+// subtracted from prefix sums: after one strong decay (g = -200) G is large
+// and G_i - G_j would lose the digits of the small decays that follow, and
+// decays of -FLT_MAX would give (-Inf) - (-Inf). As a by-product the last row
+// gives e^(G_last - G_j) for the state update.
 HWY_INLINE void ApplyDecayMasks(const ChunkVectors& cv, int64_t n, int64_t cp, float scale, float* HWY_RESTRICT attn,
                                 float* HWY_RESTRICT qk) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t j = n; j < cp; ++j) cv.G[j] = 0.0f;  // finite padding; those columns are masked
   const auto vscale = hn::Set(d, scale);
+  for (int64_t j = 0; j < cp; ++j) cv.D[j] = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
-    const auto gi = hn::Set(d, cv.G[i]);
+    const auto gi = hn::Set(d, cv.g[i]);
     for (int64_t c = 0; c < cp; c += N) {
       float* a = attn + i * cp + c;
       float* p = qk + i * cp + c;
@@ -117,13 +123,16 @@ HWY_INLINE void ApplyDecayMasks(const ChunkVectors& cv, int64_t n, int64_t cp, f
       }
       const auto strict = hn::FirstN(d, static_cast<size_t>(i - c));
       const auto incl = hn::FirstN(d, static_cast<size_t>(i - c + 1));
-      // Decays as exp of differences only (exp(G_i) * exp(-G_j) overflows:
-      // executorch#21417); j > i is masked before it can matter.
-      const auto decay = hn::Exp(d, hn::Sub(gi, hn::Load(d, cv.G + c)));
+      // Row i of D: previous row plus g_i for j < i, 0 on the diagonal.
+      const auto dij = hn::IfThenElseZero(strict, i > 0 ? hn::Add(hn::Load(d, cv.D + c), gi) : hn::Zero(d));
+      hn::Store(dij, d, cv.D + c);
+      const auto decay = hn::Exp(d, dij);  // exp of a difference, never exp(G_i) * exp(-G_j)
       hn::Store(hn::IfThenElseZero(strict, hn::Mul(hn::Load(d, a), decay)), d, a);
       hn::Store(hn::IfThenElseZero(incl, hn::Mul(hn::Mul(hn::Load(d, p), decay), vscale)), d, p);
     }
   }
+  // e^(G_last - G_j) = e^(D_(n-1)j); 1 for j = n - 1.
+  for (int64_t j = 0; j < n; ++j) cv.eGl[j] = std::exp(cv.D[j]);
 }
 
 // Builds, for a chunk of n <= C rows already loaded into q, k, and the
@@ -155,11 +164,7 @@ HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, i
     run += cv.g[i];
     cv.G[i] = run;
   }
-  const float g_last = n > 0 ? cv.G[n - 1] : 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    cv.eG[i] = std::exp(cv.G[i]);
-    cv.eGl[i] = std::exp(g_last - cv.G[i]);
-  }
+  for (int64_t i = 0; i < n; ++i) cv.eG[i] = std::exp(cv.G[i]);
 
   // Step 2: Kb = diag(beta) K; K^T with zero columns past n.
   for (int64_t i = 0; i < n; ++i) {

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "core/l2norm.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -73,14 +74,6 @@ HWY_INLINE void StoreRow(const float* HWY_RESTRICT src, int64_t n, DType t, void
   } else {
     for (; i < n; ++i) h[i] = F32ToBF16(src[i]);
   }
-}
-
-// Divides row[0, n) by sqrt(sum x^2 + 1e-6) (SPEC 1, use_qk_l2norm).
-HWY_INLINE void L2NormalizeRow(float* HWY_RESTRICT row, int64_t n) {
-  float ss = 0.0f;
-  for (int64_t i = 0; i < n; ++i) ss += row[i] * row[i];
-  const float inv = 1.0f / std::sqrt(ss + 1e-6f);
-  for (int64_t i = 0; i < n; ++i) row[i] *= inv;
 }
 
 }  // namespace HWY_NAMESPACE

@@ -1,1 +1,389 @@
-int main() { return 0; }
+// `cgdr`: run | plan | bench | tune | demo (SPEC 7), plus the hidden test
+// helpers make-case and check. Thin: every step lives in the library.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "cgdr/cgdr.hpp"
+#include "cgdr/plan.hpp"
+#include "commands.h"
+#include "core/synthetic.h"
+#include "io/case_file.h"
+#include "reference/reference.h"
+
+namespace cgdr::cli {
+namespace {
+
+const char kUsage[] =
+    "usage: cgdr <command> [flags]\n"
+    "\n"
+    "commands:\n"
+    "  run    --input CASE.safetensors --output RESULT.safetensors [--threads N]\n"
+    "         [--algo auto|recurrent|chunk16|chunk32|chunk64] [--check-values]\n"
+    "         Run one case file (SPEC 7) and write `out` and `final_state` atomically.\n"
+    "  plan   --t T --nk NK --nv NV --dk DK --dv DV [--b B] [--threads N]\n"
+    "         [--dtype f16|bf16|f32] [--algo ...]\n"
+    "         Print the plan for a shape (B sequences splitting T evenly).\n"
+    "  bench  [--shape qwen3-next] [--t T] [--threads N] [--json FILE] ...\n"
+    "         Benchmark (SPEC 8); see 'cgdr bench --help'.\n"
+    "  tune   Calibrate the planner's cost model; see 'cgdr tune --help'.\n"
+    "  demo   [--t T] [--threads N] [--algo ...] [--dir DIR]\n"
+    "         A synthetic Qwen3-Next case (Nk=16 Nv=32 Dk=Dv=128 f16, T=2048): write it,\n"
+    "         run it as 'cgdr run' does, time it and check it against the FP64 reference.\n"
+    "  help   This text.\n"
+    "\n"
+    "exit status: 0 success; 1 a check failed; 2 bad input or usage, with one line on stderr\n"
+    "(cgdr: error: ...) and no output file written.\n";
+
+const char kRunUsage[] =
+    "usage: cgdr run --input CASE.safetensors --output RESULT.safetensors [--threads N]\n"
+    "                [--algo auto|recurrent|chunk16|chunk32|chunk64] [--check-values]\n"
+    "  CASE: tensors query, key, value, beta, seq_lens (int32), optional g and initial_state;\n"
+    "        metadata scale, state_layout (vk|kv), use_qk_l2norm (true|false).\n"
+    "  RESULT: out (dtype of query) and final_state (dtype of initial_state, else query).\n"
+    "  --check-values  also reject NaN/Inf inputs and g > 0 (SPEC 3).\n";
+
+const char kPlanUsage[] =
+    "usage: cgdr plan --t T --nk NK --nv NV --dk DK --dv DV [--b B] [--threads N]\n"
+    "                 [--dtype f16|bf16|f32] [--algo auto|recurrent|chunk16|chunk32|chunk64]\n"
+    "  B sequences (default 1) split T evenly; g and initial_state present.\n";
+
+const char kMakeCaseUsage[] =
+    "usage: cgdr make-case --out FILE [--t T | --lens 3,0,5] [--nk 2] [--nv 4] [--dk 16] [--dv 16]\n"
+    "                      [--dtype f32] [--state-dtype DT] [--g-dtype f32] [--layout vk|kv]\n"
+    "                      [--no-g] [--no-state] [--l2norm] [--scale X] [--seed N] [--break KIND]\n"
+    "  A synthetic, well-conditioned case (testing). --break writes a deliberately bad one:\n"
+    "  beta-i32, key-shape, seq-lens, missing-beta, bad-layout, unknown-tensor.\n";
+
+const char kCheckUsage[] =
+    "usage: cgdr check --input CASE --result RESULT [--heads 0,3,...]\n"
+    "  Recomputes the FP64 reference and exits 0 if the result is within SPEC 6, 1 if not.\n";
+
+// The word to print for errors: the message on one line, whatever it holds.
+std::string OneLine(std::string s) {
+  std::replace_if(
+      s.begin(), s.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+  return s;
+}
+
+// Prints `usage` and succeeds when --help was given; false otherwise.
+bool MaybeHelp(const Args& a, const char* usage) {
+  if (!a.Has("--help")) return false;
+  std::fputs(usage, stdout);
+  return true;
+}
+
+Status ParseAlgoFlag(const Args& a, Algo* algo) {
+  const std::string s = a.Get("--algo", "auto");
+  if (!ParseAlgo(s, algo) || *algo == Algo::kChunk128) {
+    return Status::Invalid("--algo: expected auto, recurrent, chunk16, chunk32 or chunk64, got '" + s + "'");
+  }
+  return Status::Ok();
+}
+
+Status ParseFloatDType(const Args& a, const char* flag, DType def, DType* out) {
+  if (!a.Has(flag)) {
+    *out = def;
+    return Status::Ok();
+  }
+  const std::string s = a.Get(flag);
+  if (!ParseDType(s, out) || *out == DType::kI32) {
+    return Status::Invalid(std::string(flag) + ": expected f16, bf16 or f32, got '" + s + "'");
+  }
+  return Status::Ok();
+}
+
+// The first error of a chain of steps.
+#define CGDR_CLI_TRY(expr)     \
+  do {                         \
+    const Status st_ = (expr); \
+    if (!st_.ok()) return st_; \
+  } while (0)
+
+// ---- run -------------------------------------------------------------------
+
+Status ParseRun(int argc, char** argv, RunRequest* req, bool* help) {
+  Args a;
+  CGDR_CLI_TRY(a.Parse("run", argc, argv, {"--input", "--output", "--threads", "--algo"}, {"--check-values"}));
+  if ((*help = MaybeHelp(a, kRunUsage))) return Status::Ok();
+  CGDR_CLI_TRY(a.Require("--input", &req->input));
+  CGDR_CLI_TRY(a.Require("--output", &req->output));
+  int64_t threads = 0;
+  CGDR_CLI_TRY(a.Int("--threads", 0, 4096, 0, &threads));
+  req->threads = static_cast<int>(threads);
+  CGDR_CLI_TRY(ParseAlgoFlag(a, &req->algo));
+  req->check_values = a.Has("--check-values");
+  return Status::Ok();
+}
+
+// ---- plan ------------------------------------------------------------------
+
+// The Problem a real call with these shapes would validate into; filled
+// directly because T may be far too large to allocate.
+Status ParsePlanProblem(const Args& a, Problem* p) {
+  int64_t v = 0;
+  std::string dummy;
+  for (const char* f : {"--t", "--nk", "--nv", "--dk", "--dv"}) CGDR_CLI_TRY(a.Require(f, &dummy));
+  CGDR_CLI_TRY(a.Int("--t", 0, int64_t{1} << 40, 0, &p->T));
+  CGDR_CLI_TRY(a.Int("--nk", 1, 1 << 16, 1, &p->Nk));
+  CGDR_CLI_TRY(a.Int("--nv", 1, 1 << 16, 1, &p->Nv));
+  CGDR_CLI_TRY(a.Int("--dk", 1, kMaxHeadDim, 1, &p->Dk));
+  CGDR_CLI_TRY(a.Int("--dv", 1, kMaxHeadDim, 1, &p->Dv));
+  CGDR_CLI_TRY(a.Int("--b", 1, 1 << 20, 1, &p->B));
+  if (p->Nv % p->Nk != 0) {
+    return Status::Invalid("--nv: expected a multiple of --nk = " + std::to_string(p->Nk) + ", got " +
+                           std::to_string(p->Nv));
+  }
+  CGDR_CLI_TRY(a.Int("--threads", 0, 4096, 0, &v));
+  p->options.threads = static_cast<int>(v);
+  CGDR_CLI_TRY(ParseAlgoFlag(a, &p->options.algo));
+  CGDR_CLI_TRY(ParseFloatDType(a, "--dtype", DType::kF16, &p->dtype));
+  p->has_g = true;
+  p->has_initial_state = true;
+  p->state_dtype = p->dtype;
+  p->want_final_state = true;
+  p->scale = 1.0 / std::sqrt(static_cast<double>(p->Dk));
+  // B sequences splitting T evenly: the first T % B get one token more.
+  for (int64_t b = 0; b < p->B; ++b) p->seq_lens.push_back(p->T / p->B + (b < p->T % p->B ? 1 : 0));
+  return Status::Ok();
+}
+
+// ---- make-case -------------------------------------------------------------
+
+Status ParseCaseSpec(const Args& a, CaseSpec* spec) {
+  int64_t v = 0;
+  std::vector<int64_t> lens;
+  if (a.Has("--lens")) {
+    CGDR_CLI_TRY(a.IntList("--lens", 0, 1 << 24, &lens));
+  } else {
+    CGDR_CLI_TRY(a.Int("--t", 0, 1 << 24, 16, &v));
+    lens = {v};
+  }
+  spec->lens.assign(lens.begin(), lens.end());
+  CGDR_CLI_TRY(a.Int("--nk", 1, 256, 2, &spec->Nk));
+  CGDR_CLI_TRY(a.Int("--nv", 1, 256, 4, &spec->Nv));
+  CGDR_CLI_TRY(a.Int("--dk", 1, kMaxHeadDim, 16, &spec->Dk));
+  CGDR_CLI_TRY(a.Int("--dv", 1, kMaxHeadDim, 16, &spec->Dv));
+  CGDR_CLI_TRY(ParseFloatDType(a, "--dtype", DType::kF32, &spec->dtype));
+  CGDR_CLI_TRY(ParseFloatDType(a, "--state-dtype", spec->dtype, &spec->state_dtype));
+  CGDR_CLI_TRY(ParseFloatDType(a, "--g-dtype", DType::kF32, &spec->g_dtype));
+  const std::string layout = a.Get("--layout", "vk");
+  if (layout != "vk" && layout != "kv") return Status::Invalid("--layout: expected vk or kv, got '" + layout + "'");
+  spec->layout = layout == "kv" ? StateLayout::kKV : StateLayout::kVK;
+  spec->has_g = !a.Has("--no-g");
+  spec->has_initial_state = !a.Has("--no-state");
+  spec->use_qk_l2norm = a.Has("--l2norm");
+  if (a.Has("--scale")) {
+    const std::string s = a.Get("--scale");
+    char* end = nullptr;
+    spec->scale = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0' || !std::isfinite(spec->scale))
+      return Status::Invalid("--scale: expected a number, got '" + s + "'");
+  }
+  CGDR_CLI_TRY(a.Int("--seed", 0, INT64_MAX, 1, &v));
+  spec->seed = static_cast<uint64_t>(v);
+  return Status::Ok();
+}
+
+// Rewrites the tensors / metadata of a good case into one known bad way.
+Status BreakCase(const std::string& kind, Case* c, std::vector<SafetensorsWriteTensor>* t,
+                 std::map<std::string, std::string>* md, std::vector<int32_t>* scratch) {
+  auto find = [&](const char* name) {
+    return std::find_if(t->begin(), t->end(), [&](const auto& x) { return x.name == name; });
+  };
+  if (kind == "beta-i32") {  // right shape and size, wrong dtype
+    auto it = find("beta");
+    scratch->assign(static_cast<size_t>(c->T * c->spec.Nv), 1);
+    *it = SafetensorsWriteTensor("beta", DType::kI32, it->shape, scratch->data());
+  } else if (kind == "key-shape") {  // one token short: [T-1, Nk, Dk]
+    if (c->T < 1) return Status::Invalid("--break key-shape needs T >= 1");
+    find("key")->shape[0] -= 1;
+  } else if (kind == "seq-lens") {  // lengths no longer sum to T
+    c->seq_lens[0] += 1;
+  } else if (kind == "missing-beta") {
+    t->erase(find("beta"));
+  } else if (kind == "bad-layout") {
+    (*md)["state_layout"] = "xy";
+  } else if (kind == "unknown-tensor") {
+    t->push_back(*find("query"));
+    t->back().name = "querry";
+  } else {
+    return Status::Invalid("--break: unknown kind '" + kind + "' (see 'cgdr make-case --help')");
+  }
+  return Status::Ok();
+}
+
+Status MakeCaseFile(int argc, char** argv, bool* help) {
+  Args a;
+  CGDR_CLI_TRY(a.Parse("make-case", argc, argv,
+                       {"--out", "--t", "--lens", "--nk", "--nv", "--dk", "--dv", "--dtype", "--state-dtype",
+                        "--g-dtype", "--layout", "--scale", "--seed", "--break"},
+                       {"--no-g", "--no-state", "--l2norm"}));
+  if ((*help = MaybeHelp(a, kMakeCaseUsage))) return Status::Ok();
+  std::string path;
+  CGDR_CLI_TRY(a.Require("--out", &path));
+  CaseSpec spec;
+  CGDR_CLI_TRY(ParseCaseSpec(a, &spec));
+  Case c = MakeCase(spec);
+  std::vector<SafetensorsWriteTensor> tensors = CaseTensors(c.inputs());
+  std::map<std::string, std::string> md = CaseMetadata(c.options());
+  std::vector<int32_t> scratch;
+  if (a.Has("--break")) CGDR_CLI_TRY(BreakCase(a.Get("--break"), &c, &tensors, &md, &scratch));
+  return WriteSafetensors(path, tensors, md);
+}
+
+// ---- check -----------------------------------------------------------------
+
+// SPEC 6: f32 within 2e-5; f16/bf16 within 2x the rounding floor.
+double SpecLimit(DType t, double floor) { return t == DType::kF32 ? 2e-5 : 2.0 * floor; }
+
+TensorAccuracy Accuracy(const char* name, const TensorView& x, const std::vector<double>& ref, int64_t Nv,
+                        const std::vector<int64_t>& heads, double cap) {
+  TensorAccuracy a;
+  a.name = name;
+  a.dtype = x.dtype;
+  a.rel_err = RelativeError(x, ref, Nv, heads);
+  a.rounding_floor = RoundingError(ref, x.dtype);  // other heads' entries are 0 in ref and add nothing
+  a.limit = SpecLimit(x.dtype, a.rounding_floor);
+  if (cap > 0) a.limit = std::min(a.limit, cap);
+  return a;
+}
+
+std::string Prefixed(const std::string& path, const Status& s) { return path + ": " + s.message(); }
+
+Status CheckArgs(int argc, char** argv, std::string* input, std::string* result, std::vector<int64_t>* heads,
+                 bool* help) {
+  Args a;
+  CGDR_CLI_TRY(a.Parse("check", argc, argv, {"--input", "--result", "--heads"}, {}));
+  if ((*help = MaybeHelp(a, kCheckUsage))) return Status::Ok();
+  CGDR_CLI_TRY(a.Require("--input", input));
+  CGDR_CLI_TRY(a.Require("--result", result));
+  if (a.Has("--heads")) CGDR_CLI_TRY(a.IntList("--heads", 0, 1 << 16, heads));
+  return Status::Ok();
+}
+
+}  // namespace
+
+int ReportError(const Status& s) {
+  std::fprintf(stderr, "cgdr: error: %s\n", OneLine(s.message()).c_str());
+  return kExitError;
+}
+
+Status RunCaseFile(const RunRequest& req, RunReport* report) {
+  LoadedCase c;
+  CGDR_CLI_TRY(LoadCase(req.input, &c));
+  c.options.threads = req.threads;
+  c.options.algo = req.algo;
+  c.options.check_values = req.check_values;
+  OutputBuffers out;
+  if (Status s = PrepareOutputs(c.inputs, c.options, &out); !s.ok()) return Status(s.code(), Prefixed(req.input, s));
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status s = Run(c.inputs, out.views, c.options);
+  report->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!s.ok()) return Status(s.code(), Prefixed(req.input, s));
+  report->problem = out.problem;
+  return SaveResult(req.output, out.views, c.options);
+}
+
+Status CheckResultFile(const std::string& case_path, const std::string& result_path, const std::vector<int64_t>& heads,
+                       double cap, AccuracyReport* report) {
+  LoadedCase c;
+  CGDR_CLI_TRY(LoadCase(case_path, &c));
+  LoadedResult r;
+  CGDR_CLI_TRY(LoadResult(result_path, &r));
+  // Validate with the result as the outputs: its shapes and dtypes must be the ones the case implies.
+  Problem p;
+  if (Status s = Validate(c.inputs, r.outputs, c.options, &p); !s.ok()) {
+    return Status::Invalid(case_path + " + " + result_path + ": " + s.message());
+  }
+  for (int64_t h : heads) {
+    if (h >= p.Nv)
+      return Status::Invalid("--heads: head " + std::to_string(h) + " out of range (Nv = " + std::to_string(p.Nv) +
+                             ")");
+  }
+  ReferenceResult ref;
+  ReferenceRun(c.inputs, p, &ref, heads);
+  report->tensors = {Accuracy("out", r.outputs.out, ref.out, p.Nv, heads, cap),
+                     Accuracy("final_state", r.outputs.final_state, ref.final_state, p.Nv, heads, cap)};
+  return Status::Ok();
+}
+
+void PrintAccuracy(const AccuracyReport& r) {
+  for (const auto& t : r.tensors) {
+    std::printf("  %-12s rel err %.3e  (%s; rounding floor %.3e, limit %.3e)  %s\n", t.name, t.rel_err,
+                DTypeName(t.dtype), t.rounding_floor, t.limit, t.ok() ? "ok" : "FAIL");
+  }
+}
+
+int RunMain(int argc, char** argv) {
+  RunRequest req;
+  bool help = false;
+  if (Status s = ParseRun(argc, argv, &req, &help); !s.ok()) return ReportError(s);
+  if (help) return kExitOk;
+  RunReport report;
+  if (Status s = RunCaseFile(req, &report); !s.ok()) return ReportError(s);
+  return kExitOk;
+}
+
+int PlanMain(int argc, char** argv) {
+  Args a;
+  Problem p;
+  if (Status s = a.Parse("plan", argc, argv,
+                         {"--t", "--nk", "--nv", "--dk", "--dv", "--b", "--threads", "--dtype", "--algo"}, {});
+      !s.ok()) {
+    return ReportError(s);
+  }
+  if (MaybeHelp(a, kPlanUsage)) return kExitOk;
+  if (Status s = ParsePlanProblem(a, &p); !s.ok()) return ReportError(s);
+  Plan plan;
+  if (Status s = MakePlan(p, DefaultProfile(), &plan); !s.ok()) return ReportError(s);
+  std::fputs(PlanToString(plan).c_str(), stdout);
+  return kExitOk;
+}
+
+int MakeCaseMain(int argc, char** argv) {
+  bool help = false;
+  if (Status s = MakeCaseFile(argc, argv, &help); !s.ok()) return ReportError(s);
+  return kExitOk;
+}
+
+int CheckMain(int argc, char** argv) {
+  std::string input, result;
+  std::vector<int64_t> heads;
+  bool help = false;
+  if (Status s = CheckArgs(argc, argv, &input, &result, &heads, &help); !s.ok()) return ReportError(s);
+  if (help) return kExitOk;
+  AccuracyReport report;
+  if (Status s = CheckResultFile(input, result, heads, 0.0, &report); !s.ok()) return ReportError(s);
+  std::printf("check %s against the FP64 reference of %s:\n", result.c_str(), input.c_str());
+  PrintAccuracy(report);
+  return report.ok() ? kExitOk : kExitCheckFailed;
+}
+
+}  // namespace cgdr::cli
+
+int main(int argc, char** argv) {
+  using namespace cgdr::cli;
+  if (argc < 2) return ReportError(cgdr::Status::Invalid("no command given (try 'cgdr --help')"));
+  const std::string cmd = argv[1];
+  if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  struct Command {
+    const char* name;
+    int (*main)(int, char**);
+  };
+  static const Command kCommands[] = {{"run", RunMain},         {"plan", PlanMain}, {"bench", cgdr::BenchMain},
+                                      {"tune", cgdr::TuneMain}, {"demo", DemoMain}, {"make-case", MakeCaseMain},
+                                      {"check", CheckMain}};
+  for (const auto& c : kCommands) {
+    if (cmd == c.name) return c.main(argc - 2, argv + 2);
+  }
+  return ReportError(cgdr::Status::Invalid("unknown command '" + cmd + "' (try 'cgdr --help')"));
+}

@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""cgdr against a pure-torch chunked implementation, in one run.
+
+The peer is cgdr.reference_torch.chunked_gated_delta_rule: SPEC section 4
+written in plain torch the way transformers' Qwen3-Next CPU fallback computes
+(FP32, chunks of 64, the (I + L)^-1 by row-by-row forward substitution, a
+sequential pass over chunks). Both get the same inputs in transformers'
+layout ([B, T, H, K], q/k l2-normalised in the kernel, grouped heads) and the
+same number of threads; the report gives both median times, the speedup, and
+each one's normwise relative error against an FP64 token-by-token reference
+on a sample of value heads.
+
+    /usr/bin/python3 bench/compare_torch.py [--build-dir build] [--t 4096]
+        [--b 1] [--h 16] [--hv 32] [--dk 128] [--dv 128] [--dtype f32|bf16|f16]
+        [--threads N] [--repeats 3] [--error-heads 2] [--json FILE]
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+
+def import_cgdr(build_dir):
+    """cgdr from --build-dir, else an installed one, else a build tree beside this script."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [build_dir] if build_dir else [None] + [os.path.join(here, "..", d) for d in ("build", "build-py")]
+    for cand in candidates:
+        if cand is not None:
+            sys.path.insert(0, os.path.join(os.path.abspath(cand), "python"))
+        try:
+            import cgdr  # noqa: F401
+            import cgdr.reference_torch  # noqa: F401
+            import cgdr.torch  # noqa: F401
+            return
+        except ImportError:
+            if cand is not None:
+                sys.path.pop(0)
+    sys.exit("compare_torch: cannot import cgdr; build it and pass --build-dir BUILD (the CMake build directory)")
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build-dir", help="CMake build directory holding python/cgdr")
+    p.add_argument("--b", type=int, default=1)
+    p.add_argument("--t", type=int, default=4096)
+    p.add_argument("--h", type=int, default=16, help="q/k heads")
+    p.add_argument("--hv", type=int, default=32, help="value heads (a multiple of --h)")
+    p.add_argument("--dk", type=int, default=128)
+    p.add_argument("--dv", type=int, default=128)
+    p.add_argument("--dtype", choices=["f32", "bf16", "f16"], default="f32")
+    p.add_argument("--threads", type=int, default=0, help="0: all cores (both implementations)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--error-heads", type=int, default=2, help="value heads sampled for the FP64 error")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="also write the result row here")
+    a = p.parse_args()
+    if a.hv % a.h:
+        p.error("--hv must be a multiple of --h")
+    return a
+
+
+def make_inputs(torch, a):
+    """Qwen3-Next-like inputs: raw q/k (l2norm in the kernel), sigmoid beta,
+    negative softplus decay, a random initial state."""
+    gen = torch.Generator().manual_seed(a.seed)
+    dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[a.dtype]
+    q = torch.randn(a.b, a.t, a.h, a.dk, generator=gen).to(dt)
+    k = torch.randn(a.b, a.t, a.h, a.dk, generator=gen).to(dt)
+    v = torch.randn(a.b, a.t, a.hv, a.dv, generator=gen).to(dt)
+    beta = torch.sigmoid(torch.randn(a.b, a.t, a.hv, generator=gen)).to(dt)
+    g = -torch.nn.functional.softplus(torch.randn(a.b, a.t, a.hv, generator=gen) - 3.0)
+    s0 = (torch.rand(a.b, a.hv, a.dk, a.dv, generator=gen) - 0.5) * 0.1
+    return q, k, v, g, beta, s0
+
+
+def median_time(fn, repeats):
+    fn()  # warm-up: thread pools, dispatch, page faults
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main():
+    a = parse()
+    threads = a.threads or os.cpu_count()
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # before libgomp loads: cgdr's "all threads" is this many
+    import_cgdr(a.build_dir)
+    import torch
+    import cgdr
+    import cgdr.reference_torch as ref
+    from cgdr.torch import torch_chunk_gated_delta_rule
+
+    torch.set_num_threads(threads)
+    q, k, v, g, beta, s0 = make_inputs(torch, a)
+    common = dict(initial_state=s0, output_final_state=True, use_qk_l2norm_in_kernel=True)
+
+    results = {}
+
+    def run_cgdr():
+        results["cgdr"] = torch_chunk_gated_delta_rule(q, k, v, g, beta, 64, **common)
+
+    def run_torch():
+        with torch.no_grad():
+            results["torch"] = ref.chunked_gated_delta_rule(q, k, v, g, beta, chunk_size=64, **common)
+
+    t_cgdr = median_time(run_cgdr, a.repeats)
+    t_torch = median_time(run_torch, a.repeats)
+
+    # FP64 token-by-token reference on a sample of value heads (first, last, ...).
+    group = a.hv // a.h
+    heads = sorted({round(i * (a.hv - 1) / max(1, a.error_heads - 1)) for i in range(a.error_heads)})
+    kh = [h // group for h in heads]
+    ro, rs = ref.recurrent_gated_delta_rule(q[:, :, kh], k[:, :, kh], v[:, :, heads], g[:, :, heads],
+                                            beta[:, :, heads], s0[:, heads], True, use_qk_l2norm_in_kernel=True,
+                                            dtype=torch.float64)
+
+    def err(x, r):
+        x = x.to(torch.float64)
+        return float((x - r).norm() / r.norm())
+
+    errs = {name: (err(o[:, :, heads], ro), err(s[:, heads], rs)) for name, (o, s) in results.items()}
+    row = dict(name="compare_torch", B=a.b, T=a.t, Nk=a.h, Nv=a.hv, Dk=a.dk, Dv=a.dv, dtype=a.dtype, threads=threads,
+               torch_version=torch.__version__, simd_target=cgdr.active_target(),
+               cgdr_seconds=t_cgdr, torch_seconds=t_torch, speedup=t_torch / t_cgdr,
+               cgdr_tokens_per_s=a.b * a.t / t_cgdr, torch_tokens_per_s=a.b * a.t / t_torch,
+               cgdr_rel_err_out=errs["cgdr"][0], cgdr_rel_err_state=errs["cgdr"][1],
+               torch_rel_err_out=errs["torch"][0], torch_rel_err_state=errs["torch"][1], error_heads=heads)
+    print(f"shape B={a.b} T={a.t} Nk={a.h} Nv={a.hv} Dk={a.dk} Dv={a.dv} {a.dtype}, threads={threads}, "
+          f"torch {torch.__version__}, cgdr SIMD {cgdr.active_target()}")
+    print(f"{'impl':<12}{'seconds':>10}{'tokens/s':>12}{'err out':>12}{'err state':>12}   (vs FP64, heads {heads})")
+    print(f"{'cgdr':<12}{t_cgdr:>10.4f}{a.b * a.t / t_cgdr:>12.0f}{errs['cgdr'][0]:>12.2e}{errs['cgdr'][1]:>12.2e}")
+    print(f"{'pure torch':<12}{t_torch:>10.4f}{a.b * a.t / t_torch:>12.0f}{errs['torch'][0]:>12.2e}"
+          f"{errs['torch'][1]:>12.2e}")
+    print(f"speedup: {t_torch / t_cgdr:.1f}x")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump([row], f, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

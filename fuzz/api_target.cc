@@ -1,0 +1,421 @@
+// Fuzz target (b): the public API with arbitrary shapes, dtypes, ranks,
+// layouts, lengths, options, null and aliased pointers. The bytes build a
+// consistent problem, then mutate it. Two kinds of backing:
+//  - real: every tensor has exactly the bytes its shape says (separate heap
+//    blocks, so ASan sees any over-read), outputs sit in guarded buffers;
+//    Validate, MakePlan and, for small problems, Run / DecodeStep are called;
+//  - placeholder: shapes too large to allocate point at addresses nobody
+//    maps (only seq_lens is real); only Validate and MakePlan are called and
+//    check_values is off, so no tensor data may be read.
+// Checked: no crash; errors are one clear line and leave every output byte
+// untouched; accepted problems are consistent (lengths sum to T, no overlap
+// but the exact in-place state alias, head counts and widths in range); plans
+// pass CheckPlan; runs never write outside their outputs, and with
+// check_values on return finite outputs or an error.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cgdr/cgdr.hpp"
+#include "cgdr/decode.hpp"
+#include "cgdr/plan.hpp"
+#include "core/dtype.h"
+#include "fuzz_common.h"
+#include "fuzz_targets.h"
+
+namespace cgdr::fuzz {
+namespace {
+
+constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
+constexpr int64_t kMaxRealBytes = 1 << 20;      // total bytes of a real-backed problem
+constexpr int64_t kMaxRunWork = 1 << 17;        // T * Nv * Dk * Dv for an actual run
+constexpr int64_t kMaxSeqLens = 4096;           // seq_lens is always real
+// MakePlan keeps a vector of B * Nv * Dv entries and an item per (sequence,
+// head, tile) whatever T is (reported: plan memory grows with B * Nv * Dv
+// even for empty sequences and no state); the fuzzer keeps it small.
+constexpr int64_t kMaxPlanCells = 1 << 20;
+
+int64_t Dim(ByteReader& r) {
+  const uint8_t b = r.U8();
+  if (b < 160) return b % 40;
+  static const int64_t kDims[] = {0,  1,   2,   15,  16,  17,        63,          64,          65,
+                                  80, 96,  127, 128, 129, 255,       256,         257,         1000,
+                                  65536, int64_t{1} << 31, (int64_t{1} << 31) - 1, int64_t{1} << 32,
+                                  int64_t{1} << 40, int64_t{1} << 62, kI64Max, -1, -2,
+                                  std::numeric_limits<int64_t>::min()};
+  return kDims[b % (sizeof(kDims) / sizeof(kDims[0]))];
+}
+
+DType AnyDType(ByteReader& r) {
+  return r.Pick<DType>({DType::kF16, DType::kBF16, DType::kF32, DType::kI32, static_cast<DType>(4),
+                        static_cast<DType>(255), DType::kF32, DType::kF16});
+}
+
+int32_t Length(ByteReader& r) {
+  const uint8_t b = r.U8();
+  if (b < 200) return b % 50;
+  return r.Pick<int32_t>({-1, 0, 64, 65, 1000, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()});
+}
+
+// ---- one problem: the views plus what backs them
+
+enum Slot { kQuery, kKey, kValue, kBeta, kG, kInitialState, kSeqLens, kOut, kFinalState, kSlots };
+const char* const kSlotNames[kSlots] = {"query", "key", "value", "beta", "g", "initial_state", "seq_lens", "out", "final_state"};
+
+struct Views {
+  TensorView t[kSlots];
+  int alias_of[kSlots];  // -1, or the slot whose memory this one shares
+  bool present[kSlots];
+};
+
+// Placeholder address i: above the user address space, 2^52 bytes apart.
+void* Placeholder(int i) { return reinterpret_cast<void*>((uintptr_t{1} << 57) + uintptr_t(i) * (uintptr_t{1} << 52)); }
+
+int64_t BytesOf(const TensorView& t) {
+  const int64_t n = t.numel();
+  if (n < 0) return -1;
+  if (n > kI64Max / 4) return kI64Max;
+  return n * static_cast<int64_t>(DTypeSize(t.dtype));
+}
+
+// The consistent problem the bytes describe, before mutations.
+Views BuildPrefill(ByteReader& r, std::vector<int32_t>* lens, Options* opt) {
+  const int64_t Nk = r.Range(1, 3), Nv = Nk * r.Range(1, 3);
+  const int64_t Dk = r.Pick<int64_t>({1, 3, 16, 17, 33, 64, 65, 80, 96, 128, 129, 256});
+  const int64_t Dv = r.Pick<int64_t>({1, 2, 7, 16, 31, 48, 64, 129, 256});
+  const int64_t B = r.Range(1, 5);
+  int64_t T = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    lens->push_back(Length(r));
+    T += lens->back();
+  }
+  const DType dt = r.Pick<DType>({DType::kF32, DType::kF16, DType::kBF16});
+  const DType gdt = r.Pick<DType>({DType::kF32, DType::kF16, DType::kBF16});
+  const DType sdt = r.Pick<DType>({DType::kF32, DType::kF16, DType::kBF16});
+  opt->state_layout = r.Pick<StateLayout>({StateLayout::kVK, StateLayout::kKV});
+  const bool kv = opt->state_layout == StateLayout::kKV;
+  Views v{};
+  v.t[kQuery] = TensorView(nullptr, dt, {T, Nk, Dk});
+  v.t[kKey] = TensorView(nullptr, dt, {T, Nk, Dk});
+  v.t[kValue] = TensorView(nullptr, dt, {T, Nv, Dv});
+  v.t[kBeta] = TensorView(nullptr, dt, {T, Nv});
+  v.t[kG] = TensorView(nullptr, gdt, {T, Nv});
+  v.t[kInitialState] = TensorView(nullptr, sdt, {B, Nv, kv ? Dk : Dv, kv ? Dv : Dk});
+  v.t[kSeqLens] = TensorView(nullptr, DType::kI32, {B});
+  v.t[kOut] = TensorView(nullptr, dt, {T, Nv, Dv});
+  v.t[kFinalState] = TensorView(nullptr, sdt, {B, Nv, kv ? Dk : Dv, kv ? Dv : Dk});
+  const uint8_t optional = r.U8();
+  for (int s = 0; s < kSlots; ++s) {
+    v.alias_of[s] = -1;
+    v.present[s] = true;
+  }
+  v.present[kG] = optional & 1;
+  v.present[kInitialState] = optional & 2;
+  v.present[kFinalState] = optional & 4;
+  if (!v.present[kInitialState]) v.t[kFinalState].dtype = dt;
+  return v;
+}
+
+Options MutateOptions(ByteReader& r, Options opt) {
+  const uint8_t which = r.U8();
+  opt.check_values = which & 1;
+  opt.use_qk_l2norm = which & 2;
+  if (which & 4) opt.algo = r.Pick<Algo>({Algo::kAuto, Algo::kRecurrent, Algo::kChunk16, Algo::kChunk32, Algo::kChunk64,
+                                          Algo::kChunk128, static_cast<Algo>(2), static_cast<Algo>(255)});
+  if (which & 8) opt.threads = r.Pick<int>({-1, 0, 1, 2, 3, 7, 4096, 4097, std::numeric_limits<int>::max(),
+                                            std::numeric_limits<int>::min()});
+  if (which & 16) opt.v_step = r.Pick<int>({-1, 0, 1, 15, 16, 17, 48, 256, 257});
+  if (which & 32) opt.dk_bucket = r.Pick<int>({0, -1, -2, 32, 64, 80, 96, 128, 129});
+  if (which & 64) {
+    opt.scale = r.Pick<double>({0.0, 0.5, -1.0, 1e-300, 4.9e-324, 1e300, std::numeric_limits<double>::quiet_NaN(),
+                                std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()});
+  }
+  if (which & 128) opt.state_layout = r.Pick<StateLayout>({StateLayout::kVK, StateLayout::kKV, static_cast<StateLayout>(2)});
+  return opt;
+}
+
+// 0 .. 3 edits of one field each: dtype, rank, a dimension, presence, alias.
+void Mutate(ByteReader& r, Views* v) {
+  const int edits = r.U8() % 4;
+  for (int e = 0; e < edits; ++e) {
+    const int s = r.U8() % kSlots;
+    TensorView& t = v->t[s];
+    switch (r.U8() % 6) {
+      case 0: t.dtype = AnyDType(r); break;
+      case 1: t.rank = r.Pick<int>({-1, 0, 1, 2, 3, 4, 5}); break;
+      case 2: t.shape[r.U8() % TensorView::kMaxRank] = Dim(r); break;
+      case 3: v->present[s] = !v->present[s]; break;
+      case 4: v->alias_of[s] = r.U8() % kSlots; break;
+      default: t.shape[0] = Dim(r); break;
+    }
+  }
+}
+
+// Owns real-backed memory: exact-size heap blocks and guarded outputs.
+struct Backing {
+  std::vector<std::unique_ptr<uint8_t[]>> blocks;
+  std::unique_ptr<Guarded> guarded[kSlots];
+};
+
+// Input values: well-conditioned most of the time, raw bytes (NaN, Inf, huge)
+// otherwise.
+void FillInput(ByteReader& r, int slot, const TensorView& t, uint8_t* p, int64_t bytes, bool raw) {
+  if (raw || (t.dtype != DType::kF16 && t.dtype != DType::kBF16 && t.dtype != DType::kF32)) {
+    for (int64_t i = 0; i < bytes; ++i) p[i] = r.Peek(static_cast<size_t>(i));
+    return;
+  }
+  const int64_t n = bytes / static_cast<int64_t>(DTypeSize(t.dtype));
+  for (int64_t i = 0; i < n; ++i) {
+    float x = static_cast<float>((i * 37) % 17 - 8) / 32.0f;
+    if (slot == kBeta) x = 0.5f + x;
+    if (slot == kG) x = -std::abs(x);
+    StoreFromF32(p, t.dtype, i, x);
+  }
+}
+
+// Gives every present slot its memory; returns false for placeholder backing.
+bool Back(ByteReader& r, Views* v, const std::vector<int32_t>& lens, Backing* b) {
+  int64_t total = 0;
+  for (int s = 0; s < kSlots; ++s) {
+    if (!v->present[s] || s == kSeqLens) continue;
+    const int64_t n = BytesOf(v->t[s]);
+    total = (n < 0 || n > kMaxRealBytes || total + n > kMaxRealBytes) ? kMaxRealBytes + 1 : total + n;
+  }
+  const bool real = total <= kMaxRealBytes;
+  const bool raw = r.U8() < 32;
+  // seq_lens is real either way: its shape's element count, capped (a rank-1
+  // shape longer than the cap is cut to it: Validate reads exactly that many).
+  {
+    TensorView& t = v->t[kSeqLens];
+    if (t.rank == 1 && (t.shape[0] > kMaxSeqLens)) t.shape[0] = kMaxSeqLens;
+    const int64_t n = std::clamp<int64_t>(t.numel(), 0, kMaxSeqLens);
+    b->blocks.emplace_back(new uint8_t[static_cast<size_t>(std::max<int64_t>(n * 4, 1))]);
+    auto* p = reinterpret_cast<int32_t*>(b->blocks.back().get());
+    for (int64_t i = 0; i < n; ++i) p[i] = lens.empty() ? 0 : lens[static_cast<size_t>(i) % lens.size()];
+    t.data = p;
+  }
+  for (int s = 0; s < kSlots; ++s) {
+    if (s == kSeqLens) continue;
+    TensorView& t = v->t[s];
+    if (!v->present[s]) {
+      t.data = nullptr;
+      continue;
+    }
+    if (!real) {
+      t.data = Placeholder(s);
+      continue;
+    }
+    const int64_t bytes = BytesOf(t);
+    if (s == kOut || s == kFinalState) {
+      b->guarded[s] = std::make_unique<Guarded>(static_cast<size_t>(bytes), 4 * (s % 3));
+      t.data = b->guarded[s]->data();
+    } else {
+      b->blocks.emplace_back(new uint8_t[static_cast<size_t>(std::max<int64_t>(bytes, 1))]);
+      FillInput(r, s, t, b->blocks.back().get(), bytes, raw);
+      t.data = b->blocks.back().get();
+    }
+  }
+  // Aliases share the other slot's memory (if that one is present).
+  for (int s = 0; s < kSlots; ++s) {
+    const int a = v->alias_of[s];
+    if (a >= 0 && a != s && v->present[s] && v->present[a] && a != kSeqLens && s != kSeqLens) v->t[s].data = v->t[a].data;
+  }
+  return real;
+}
+
+bool IsFloat(DType t) { return t == DType::kF16 || t == DType::kBF16 || t == DType::kF32; }
+
+// [begin, end) of a view's bytes.
+std::pair<uintptr_t, uintptr_t> Span(const TensorView& t) {
+  const auto b = reinterpret_cast<uintptr_t>(t.data);
+  return {b, b + static_cast<uintptr_t>(BytesOf(t))};
+}
+bool Overlap(const TensorView& a, const TensorView& b) {
+  if (!a.present() || !b.present()) return false;
+  const auto [a0, a1] = Span(a);
+  const auto [b0, b1] = Span(b);
+  return a0 < b1 && b0 < a1 && a0 != a1 && b0 != b1;
+}
+
+// What an accepted prefill problem must satisfy, checked from the views.
+void CheckAccepted(const Inputs& in, const Outputs& out, const Problem& p) {
+  FUZZ_CHECK(p.Nk >= 1 && p.Nv >= 1 && p.Nv % p.Nk == 0, "head counts");
+  FUZZ_CHECK(p.Dk >= 1 && p.Dk <= kMaxHeadDim && p.Dv >= 1 && p.Dv <= kMaxHeadDim, "head widths");
+  FUZZ_CHECK(p.T == in.query.shape[0] && p.B == in.seq_lens.shape[0], "T, B");
+  FUZZ_CHECK(IsFloat(p.dtype) && in.key.dtype == p.dtype && in.value.dtype == p.dtype && out.out.dtype == p.dtype, "dtypes");
+  FUZZ_CHECK(std::isfinite(p.scale) && p.scale != 0.0, "scale resolved");
+  int64_t sum = 0;
+  for (int64_t l : p.seq_lens) {
+    FUZZ_CHECK(l >= 0, "negative length accepted");
+    sum += l;
+  }
+  FUZZ_CHECK(sum == p.T, "lengths do not sum to T");
+  const TensorView* inputs[] = {&in.query, &in.key, &in.value, &in.beta, &in.g, &in.initial_state, &in.seq_lens};
+  for (const TensorView* o : {&out.out, &out.final_state}) {
+    for (const TensorView* i : inputs) {
+      const bool exact_alias = o == &out.final_state && i == &in.initial_state && o->data == i->data &&
+                               o->dtype == i->dtype && o->numel() == i->numel();
+      FUZZ_CHECK(exact_alias || !Overlap(*o, *i), "an output overlapping an input was accepted");
+    }
+  }
+  FUZZ_CHECK(!Overlap(out.out, out.final_state), "out overlapping final_state was accepted");
+}
+
+bool AllFinite(const TensorView& t) {
+  if (!t.present()) return true;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (!std::isfinite(LoadAsF32(t.data, t.dtype, i))) return false;
+  }
+  return true;
+}
+
+void CheckError(const Status& s, const char* what) {
+  FUZZ_CHECK(!s.ok(), what);
+  FUZZ_CHECK(!s.message().empty() && s.message().find('\n') == std::string::npos, std::string(what) + ": " + s.message());
+}
+
+void CheckOutputsUntouched(const Backing& b, const char* what) {
+  for (int s : {kOut, kFinalState}) {
+    if (b.guarded[s]) FUZZ_CHECK(b.guarded[s]->GuardsIntact() && b.guarded[s]->PayloadUntouched(), what);
+  }
+}
+
+void FuzzPrefill(ByteReader& r) {
+  std::vector<int32_t> lens;
+  Options opt;
+  Views v = BuildPrefill(r, &lens, &opt);
+  opt = MutateOptions(r, opt);
+  Mutate(r, &v);
+  Backing backing;
+  const bool real = Back(r, &v, lens, &backing);
+  if (!real) opt.check_values = false;  // placeholders must never be read
+  Inputs in{v.t[kQuery], v.t[kKey], v.t[kValue], v.t[kBeta], v.t[kG], v.t[kInitialState], v.t[kSeqLens]};
+  Outputs out{v.t[kOut], v.t[kFinalState]};
+
+  Problem p;
+  const Status s = Validate(in, out, opt, &p);
+  if (!s.ok()) {
+    CheckError(s, "Validate");
+    CheckOutputsUntouched(backing, "Validate wrote an output");
+    if (real) {
+      const Status rs = Run(in, out, opt);
+      FUZZ_CHECK(!rs.ok() && rs.message() == s.message(), "Run disagrees with Validate: " + rs.message());
+      CheckOutputsUntouched(backing, "a rejected Run wrote an output");
+    }
+    return;
+  }
+  CheckAccepted(in, out, p);
+  if (p.B * p.Nv * p.Dv <= kMaxPlanCells && p.options.threads <= 64) {
+    Plan plan;
+    const Status ps = MakePlan(p, DefaultProfile(), &plan);
+    FUZZ_CHECK(ps.ok(), "MakePlan failed on a validated problem: " + ps.message());
+    FUZZ_CHECK(CheckPlan(plan).ok(), "CheckPlan");
+    FUZZ_CHECK(!PlanToString(plan).empty(), "PlanToString");
+  }
+  const int64_t work = std::max(p.T, p.B) * p.Nv * p.Dk * p.Dv;
+  if (!real || work > kMaxRunWork || p.B * p.Nv > 4096) return;
+  opt.threads = std::clamp(opt.threads, 1, 3);
+  const Status rs = Run(in, out, opt);
+  for (int sl : {kOut, kFinalState}) {
+    if (backing.guarded[sl]) FUZZ_CHECK(backing.guarded[sl]->GuardsIntact(), std::string(kSlotNames[sl]) + ": guard band written");
+  }
+  if (!rs.ok()) {
+    CheckError(rs, "Run");
+    FUZZ_CHECK(opt.check_values, "Run failed on a validated problem without check_values: " + rs.message());
+    return;
+  }
+  if (opt.check_values) FUZZ_CHECK(AllFinite(out.out) && AllFinite(out.final_state), "check_values run returned non-finite outputs");
+}
+
+// ---- decode: the same idea for DecodeStep's in-place pool
+
+void FuzzDecode(ByteReader& r) {
+  const int64_t N = r.Range(0, 4), Nk = r.Range(1, 2), Nv = Nk * r.Range(1, 2);
+  const int64_t Dk = r.Pick<int64_t>({1, 5, 16, 33, 64}), Dv = r.Pick<int64_t>({1, 7, 16, 40});
+  const int64_t P = r.Range(0, 5);
+  const DType dt = r.Pick<DType>({DType::kF32, DType::kF16, DType::kBF16});
+  const DType pdt = r.Pick<DType>({DType::kF32, DType::kF16, DType::kBF16});
+  Options opt = MutateOptions(r, Options{});
+  const bool kv = opt.state_layout == StateLayout::kKV;
+  TensorView t[8] = {TensorView(nullptr, dt, {N, Nk, Dk}), TensorView(nullptr, dt, {N, Nk, Dk}),
+                     TensorView(nullptr, dt, {N, Nv, Dv}), TensorView(nullptr, dt, {N, Nv}),
+                     TensorView(nullptr, DType::kF32, {N, Nv}),
+                     TensorView(nullptr, pdt, {P, Nv, kv ? Dk : Dv, kv ? Dv : Dk}),
+                     TensorView(nullptr, DType::kI32, {N}), TensorView(nullptr, dt, {N, Nv, Dv})};
+  const int edits = r.U8() % 3;
+  for (int e = 0; e < edits; ++e) {
+    TensorView& m = t[r.U8() % 8];
+    switch (r.U8() % 3) {
+      case 0: m.dtype = AnyDType(r); break;
+      case 1: m.rank = r.Pick<int>({0, 1, 2, 3, 4, 5}); break;
+      default: m.shape[r.U8() % TensorView::kMaxRank] = Dim(r); break;
+    }
+  }
+  std::vector<std::unique_ptr<uint8_t[]>> blocks;
+  std::unique_ptr<Guarded> pool = std::make_unique<Guarded>(0, 0), out = std::make_unique<Guarded>(0, 0);
+  bool real = true;
+  for (int i = 0; i < 8; ++i) {
+    const int64_t bytes = BytesOf(t[i]);
+    if (bytes < 0 || bytes > kMaxRealBytes) {  // too large to back: validation only
+      t[i].data = i == 6 ? nullptr : Placeholder(i);
+      real = i == 6 ? real : false;
+      continue;
+    }
+    if (i == 5 || i == 7) {
+      auto& g = i == 5 ? pool : out;
+      g = std::make_unique<Guarded>(static_cast<size_t>(bytes), 4);
+      t[i].data = g->data();
+      continue;
+    }
+    blocks.emplace_back(new uint8_t[static_cast<size_t>(std::max<int64_t>(bytes, 1))]);
+    uint8_t* p = blocks.back().get();
+    if (i == 6) {
+      for (int64_t k = 0; k < bytes / 4; ++k) reinterpret_cast<int32_t*>(p)[k] = static_cast<int32_t>(r.Range(-2, 6));
+    } else {
+      FillInput(r, i == 3 ? kBeta : i == 4 ? kG : kQuery, t[i], p, bytes, r.U8() < 32);
+    }
+    t[i].data = p;
+  }
+  const bool has_g = r.Bool();
+  DecodeInputs in{t[0], t[1], t[2], t[3], has_g ? t[4] : TensorView(), t[5], t[6]};
+  const DecodeOutputs o{t[7]};
+  if (!real) opt.check_values = false;
+  DecodeProblem dp;
+  const Status vs = ValidateDecode(in, o, opt, &dp);
+  if (!vs.ok()) CheckError(vs, "ValidateDecode");
+  if (!real || !in.state_indices.present()) return;
+  if (opt.threads > 3) opt.threads = 3;
+  const Status s = DecodeStep(in, o, opt);
+  FUZZ_CHECK(vs.ok() == s.ok(), "DecodeStep disagrees with ValidateDecode: " + s.message());
+  FUZZ_CHECK(pool->GuardsIntact() && out->GuardsIntact(), "decode wrote outside the pool or out");
+  if (!vs.ok()) {
+    FUZZ_CHECK(pool->PayloadUntouched() && out->PayloadUntouched(), "a rejected decode step wrote");
+    return;
+  }
+  // Accepted: indices below P and distinct among the non-negative ones.
+  const auto* idx = static_cast<const int32_t*>(in.state_indices.data);
+  std::vector<bool> used(static_cast<size_t>(dp.P), false);
+  for (int64_t n = 0; n < dp.N; ++n) {
+    if (idx[n] < 0) continue;
+    FUZZ_CHECK(idx[n] < dp.P && !used[static_cast<size_t>(idx[n])], "bad state index accepted");
+    used[static_cast<size_t>(idx[n])] = true;
+  }
+}
+
+}  // namespace
+
+int FuzzApi(const uint8_t* data, size_t size) {
+  ByteReader r(data, size);
+  if (r.U8() % 4 == 3) {
+    FuzzDecode(r);
+  } else {
+    FuzzPrefill(r);
+  }
+  return 0;
+}
+
+}  // namespace cgdr::fuzz

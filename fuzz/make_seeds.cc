@@ -1,0 +1,116 @@
+// Writes the seed corpora of the fuzz targets (fuzz/corpus/*):
+//   fuzz_make_seeds DIR
+// safetensors: small valid case and result files of every dtype and option,
+// and broken variants (truncated, bad JSON, overlapping or misaligned
+// offsets, huge lengths and shapes, unknown dtypes and keys);
+// api, differential: byte strings from a fixed seed (every byte string is a
+// valid input for those targets; these spread over their choices).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/synthetic.h"
+#include "io/case_file.h"
+#include "io/safetensors.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+void Write(const fs::path& p, const std::string& bytes) {
+  std::ofstream f(p, std::ios::binary);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string Le64(uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return s;
+}
+
+// A file from a literal header and data bytes.
+std::string Raw(const std::string& header, const std::string& data) { return Le64(header.size()) + header + data; }
+
+std::string CaseBytes(const cgdr::CaseSpec& spec) {
+  cgdr::Case c = cgdr::MakeCase(spec);
+  std::string bytes;
+  if (!cgdr::SerializeSafetensors(cgdr::CaseTensors(c.inputs()), cgdr::CaseMetadata(c.options()), &bytes).ok()) {
+    std::fprintf(stderr, "cannot serialise a seed case\n");
+    std::exit(1);
+  }
+  return bytes;
+}
+
+void SafetensorsSeeds(const fs::path& dir) {
+  using cgdr::DType;
+  int n = 0;
+  auto put = [&](const std::string& name, const std::string& bytes) { Write(dir / (std::to_string(n++) + "_" + name), bytes); };
+  cgdr::CaseSpec s;
+  s.Nk = 1; s.Nv = 2; s.Dk = 4; s.Dv = 3; s.lens = {3, 0, 2};
+  put("f32_case", CaseBytes(s));
+  s.dtype = DType::kF16; s.g_dtype = DType::kBF16; s.state_dtype = DType::kF32; s.layout = cgdr::StateLayout::kKV;
+  put("f16_kv_case", CaseBytes(s));
+  s.dtype = DType::kBF16; s.has_g = false; s.has_initial_state = false; s.use_qk_l2norm = true; s.scale = 0.25;
+  put("bf16_nostate_case", CaseBytes(s));
+  cgdr::CaseSpec e;
+  e.lens = {0};
+  e.Dk = 2; e.Dv = 2;
+  put("empty_case", CaseBytes(e));
+  const std::string good = CaseBytes(s);
+  put("truncated", good.substr(0, good.size() - 7));
+  put("header_only", good.substr(0, 8 + static_cast<size_t>(static_cast<uint8_t>(good[0]))));
+  std::string json = good;
+  json[8] = 'X';
+  put("bad_json", json);
+  put("empty_header", Raw("{}", ""));
+  put("too_short", "abc");
+  put("huge_header_len", Le64(~0ull) + "{}");
+  put("metadata_only", Raw(R"({"__metadata__":{"scale":"0.5","state_layout":"kv","use_qk_l2norm":"true"}})", ""));
+  put("bad_metadata", Raw(R"({"__metadata__":{"scale":"nan","state_layout":"xy","k":1}})", ""));
+  put("one_tensor", Raw(R"({"seq_lens":{"dtype":"I32","shape":[2],"data_offsets":[0,8]}})", std::string(8, '\1')));
+  put("misaligned", Raw(R"({"a":{"dtype":"U8x","shape":[],"data_offsets":[0,0]},"query":{"dtype":"F32","shape":[1,1,1],"data_offsets":[1,5]},"b":{"dtype":"F16","shape":[1],"data_offsets":[0,1]}})",
+                        std::string(5, '\0')));
+  put("overlap", Raw(R"({"query":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"key":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                     std::string(8, '\0')));
+  put("hole", Raw(R"({"query":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", std::string(8, '\0')));
+  put("huge_shape", Raw(R"({"query":{"dtype":"F32","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}})", ""));
+  put("overflow_shape", Raw(R"({"query":{"dtype":"F32","shape":[9223372036854775807,2],"data_offsets":[0,8]}})", std::string(8, '\0')));
+  put("negative_dim", Raw(R"({"query":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", std::string(4, '\0')));
+  put("f64", Raw(R"({"query":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", std::string(8, '\0')));
+  put("huge_offsets", Raw(R"({"query":{"dtype":"F32","shape":[1],"data_offsets":[18446744073709551612,18446744073709551616]}})", ""));
+  put("zero_len_huge_T", Raw(R"({"query":{"dtype":"F32","shape":[0,1,4],"data_offsets":[0,0]},"key":{"dtype":"F32","shape":[0,1,4],"data_offsets":[0,0]},"value":{"dtype":"F32","shape":[0,100000,256],"data_offsets":[0,0]},"beta":{"dtype":"F32","shape":[0,100000],"data_offsets":[0,0]},"seq_lens":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}})",
+                             std::string(4, '\0')));
+  put("rank5", Raw(R"({"query":{"dtype":"F32","shape":[1,1,1,1,1],"data_offsets":[0,4]}})", std::string(4, '\0')));
+  put("duplicate_key", Raw(R"({"query":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"query":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                           std::string(4, '\0')));
+  put("control_chars", Raw("{\"q\\u0000\\n\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", std::string(4, '\0')));
+}
+
+// Byte strings of varied lengths from a fixed generator.
+void RandomSeeds(const fs::path& dir, int count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Write(dir / "zeros", std::string(48, '\0'));
+  for (int i = 0; i < count; ++i) {
+    std::string s(8 + rng() % 56, '\0');
+    for (char& c : s) c = static_cast<char>(rng());
+    Write(dir / ("random_" + std::to_string(i)), s);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: fuzz_make_seeds DIR\n");
+    return 2;
+  }
+  const fs::path root = argv[1];
+  for (const char* d : {"safetensors", "api", "differential"}) fs::create_directories(root / d);
+  SafetensorsSeeds(root / "safetensors");
+  RandomSeeds(root / "api", 40, 11);
+  RandomSeeds(root / "differential", 30, 12);
+  return 0;
+}

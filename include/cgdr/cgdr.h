@@ -1,0 +1,101 @@
+/* cgdr C API: the chunk gated delta rule operator (SPEC 1-3) and its decode
+ * step (SPEC 6b) for C and for any language or engine with a C FFI.
+ *
+ * Tensors are plain descriptors (pointer, dtype, rank, shape) of dense
+ * row-major memory owned by the caller. Options live behind an opaque handle.
+ * Every call returns a cgdr_status; on failure, cgdr_last_error() returns a
+ * message naming the tensor and the expected and actual values. Nothing is
+ * written to any output before the inputs have been checked. No C++ exception
+ * ever crosses this boundary.
+ *
+ * Thread safety: calls may run concurrently on different threads; an options
+ * handle may be shared read-only between concurrent calls. The error message
+ * is per thread. */
+#ifndef CGDR_CGDR_H_
+#define CGDR_CGDR_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CGDR_API_VERSION 1
+
+typedef enum cgdr_status {
+  CGDR_OK = 0,
+  CGDR_INVALID_ARGUMENT = 1,   /* bad shape, dtype, pointer, index or option */
+  CGDR_RESOURCE_EXHAUSTED = 2, /* out of memory */
+  CGDR_INTERNAL = 3            /* a bug: please report the message */
+} cgdr_status;
+
+typedef enum cgdr_dtype { CGDR_F16 = 0, CGDR_BF16 = 1, CGDR_F32 = 2, CGDR_I32 = 3 } cgdr_dtype;
+
+typedef enum cgdr_state_layout {
+  CGDR_LAYOUT_VK = 0, /* [B, Nv, Dv, Dk] (the seeds' layout, the C++ default) */
+  CGDR_LAYOUT_KV = 1  /* [B, Nv, Dk, Dv] (flash-linear-attention's) */
+} cgdr_state_layout;
+
+#define CGDR_MAX_RANK 4
+
+/* A dense row-major tensor. data == NULL marks an absent optional tensor. */
+typedef struct cgdr_tensor {
+  void* data;
+  cgdr_dtype dtype;
+  int32_t rank;
+  int64_t shape[CGDR_MAX_RANK];
+} cgdr_tensor;
+
+/* Prefill (SPEC 2): query/key [T,Nk,Dk], value [T,Nv,Dv], beta [T,Nv],
+ * g [T,Nv] (optional), initial_state [B,Nv,Dv,Dk] or kv (optional),
+ * seq_lens [B] int32; out [T,Nv,Dv], final_state (optional). */
+typedef struct cgdr_prefill_args {
+  cgdr_tensor query, key, value, beta, g, initial_state, seq_lens;
+  cgdr_tensor out, final_state;
+} cgdr_prefill_args;
+
+/* Decode (SPEC 6b): query/key [N,Nk,Dk], value [N,Nv,Dv], beta [N,Nv],
+ * g [N,Nv] (optional), state_pool [P,Nv,Dv,Dk] or kv (updated in place),
+ * state_indices [N] int32 (negative: skip the row, its out row is zeroed);
+ * out [N,Nv,Dv]. */
+typedef struct cgdr_decode_args {
+  cgdr_tensor query, key, value, beta, g, state_pool, state_indices;
+  cgdr_tensor out;
+} cgdr_decode_args;
+
+/* Opaque options. A NULL options pointer means all defaults: scale 1/sqrt(Dk),
+ * no q/k l2norm, layout vk, all hardware threads, no value checks. */
+typedef struct cgdr_options cgdr_options;
+
+cgdr_status cgdr_options_create(cgdr_options** out);
+void cgdr_options_destroy(cgdr_options* opt); /* NULL is a no-op */
+cgdr_status cgdr_options_set_scale(cgdr_options* opt, double scale); /* 0: 1/sqrt(Dk) */
+cgdr_status cgdr_options_set_qk_l2norm(cgdr_options* opt, int enable);
+cgdr_status cgdr_options_set_state_layout(cgdr_options* opt, cgdr_state_layout layout);
+cgdr_status cgdr_options_set_threads(cgdr_options* opt, int threads); /* 0: all */
+cgdr_status cgdr_options_set_check_values(cgdr_options* opt, int enable);
+/* Chunk size: 0 = auto (the plan decides), 1 = token by token, 16/32/64/128. */
+cgdr_status cgdr_options_set_chunk(cgdr_options* opt, int chunk);
+
+/* Runs the prefill operator over the packed sequences of `args`. */
+cgdr_status cgdr_prefill(const cgdr_prefill_args* args, const cgdr_options* opt);
+
+/* One decode step: updates the referenced pool states in place, writes out. */
+cgdr_status cgdr_decode_step(const cgdr_decode_args* args, const cgdr_options* opt);
+
+/* The message of the last failed call on this thread ("" after a success).
+ * Valid until the next cgdr call on this thread. */
+const char* cgdr_last_error(void);
+
+/* "ok", "invalid_argument", "resource_exhausted", "internal" or "unknown". */
+const char* cgdr_status_name(cgdr_status status);
+
+/* Library version ("0.1.0") and the active SIMD target ("AVX3", "AVX2", ...). */
+const char* cgdr_version(void);
+const char* cgdr_simd_target(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* CGDR_CGDR_H_ */

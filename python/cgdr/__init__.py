@@ -1,0 +1,221 @@
+"""cgdr: the chunk gated delta rule (Gated DeltaNet linear attention of
+Qwen3-Next) on the CPU.
+
+Entry points (numpy float16/float32 arrays or CPU torch float16/bfloat16/float32
+tensors; results come back as the same kind of object):
+
+- chunk_gated_delta_rule: flash-linear-attention's layout and signature.
+- chunk_gated_delta_rule_tnd: the packed [T, N, D] form of the operator.
+- recurrent_step: one decode token per sequence, states updated in place in a
+  pool addressed by an index per sequence.
+- cgdr.torch: drop-ins for transformers' torch_chunk_gated_delta_rule and
+  torch_recurrent_gated_delta_rule.
+
+The math is FP32 inside whatever the storage dtype. The GIL is released while
+computing. Bad input raises TypeError (wrong kind of object or dtype) or
+ValueError (shapes, values, options) before anything is written.
+"""
+from . import _cgdr
+from . import _tensors as _t
+
+__version__ = "0.1.0"
+__all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_tnd", "recurrent_step", "active_target"]
+
+_ALGOS = ("auto", "recurrent", "chunk16", "chunk32", "chunk64", "chunk128")
+
+
+def active_target():
+    """The SIMD target the kernels dispatch to on this CPU ("AVX3", "AVX2", ...)."""
+    return _cgdr.active_target()
+
+
+def _scale(scale):
+    if scale is None:
+        return 0.0  # the native layer resolves 0 to 1/sqrt(Dk)
+    scale = float(scale)
+    if scale == 0.0:
+        raise ValueError("scale: expected a non-zero number or None (1/sqrt(K)), got 0")
+    return scale
+
+
+def _threads(threads):
+    if threads is None:
+        return 0
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads: expected None (all cores) or a positive int, got {threads!r}")
+    return threads
+
+
+def _layout(state_layout):
+    if state_layout not in ("kv", "vk"):
+        raise ValueError(f"state_layout: expected 'kv' ([N, HV, K, V]) or 'vk' ([N, HV, V, K]), got {state_layout!r}")
+    return state_layout
+
+
+def _algo(algo):
+    if algo not in _ALGOS:
+        raise ValueError(f"algo: expected one of {', '.join(_ALGOS)}, got {algo!r}")
+    return algo
+
+
+def _prefill(q, k, v, beta, g, initial_state, seq_lens, out, final_state, scale, l2norm, layout, threads,
+             algo, check_values):
+    """The one call into the native prefill; every tensor is already prepared."""
+    _cgdr.prefill(_t.native("query", q), _t.native("key", k), _t.native("value", v), _t.native("beta", beta),
+                  _t.native("g", g), _t.native("initial_state", initial_state), seq_lens, _t.native("out", out),
+                  _t.native("final_state", final_state), scale, bool(l2norm), layout, threads, algo,
+                  bool(check_values))
+
+
+def _final_state_buffers(kind, initial_state, shape, want_final, dtype):
+    """(initial, final) for the native call: final has `dtype`; when there is
+    no initial state but the final one must differ from the query's dtype, a
+    zero state of that dtype serves as both (an in-place update)."""
+    if not want_final:
+        return initial_state, None
+    if initial_state is not None:
+        return initial_state, _t.empty(kind, shape, dtype)
+    final = _t.zeros(kind, shape, dtype)
+    return final, final
+
+
+def _cu_seqlens_to_lens(cu_seqlens, T):
+    cu = _t.int32_vector("cu_seqlens", cu_seqlens)
+    if cu.size < 2:
+        raise ValueError(f"cu_seqlens: expected at least 2 offsets [0, ..., T], got {cu.tolist()}")
+    if cu[0] != 0:
+        raise ValueError(f"cu_seqlens: expected the first offset to be 0, got {int(cu[0])}")
+    if cu[-1] != T:
+        raise ValueError(f"cu_seqlens: expected the last offset to be T = {T}, got {int(cu[-1])}")
+    lens = cu[1:] - cu[:-1]
+    if (lens < 0).any():
+        i = int((lens < 0).nonzero()[0][0])
+        raise ValueError(f"cu_seqlens: expected non-decreasing offsets, got {int(cu[i])} then {int(cu[i + 1])} at [{i}]")
+    return lens.astype("int32")
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                           cu_seqlens=None, use_qk_l2norm_in_kernel=False, state_layout="kv", threads=None,
+                           algo="auto", check_values=False):
+    """flash-linear-attention's chunk_gated_delta_rule on the CPU.
+
+    q, k: [B, T, H, K]; v: [B, T, HV, V] (HV a multiple of H, grouped heads);
+    g (log decay, may be None) and beta: [B, T, HV]. q, k, v, beta share one
+    dtype; g may be any float dtype. With cu_seqlens (N+1 offsets) B must be 1
+    and the N sequences are packed along T.
+    initial_state: [N, HV, K, V] (state_layout "kv", fla's) or [N, HV, V, K]
+    ("vk"), N = B or len(cu_seqlens) - 1.
+
+    Returns (o, final_state): o [B, T, HV, V] in q's dtype; final_state (only
+    if output_final_state) in initial_state's dtype, float32 when there is no
+    initial state (as fla), in the same layout as initial_state.
+    """
+    kind = _t.common_kind(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state)
+    _t.check_rank("q", q, 4, "[B, T, H, K]")
+    _t.check_rank("k", k, 4, "[B, T, H, K]")
+    _t.check_rank("v", v, 4, "[B, T, HV, V]")
+    _t.check_rank("beta", beta, 3, "[B, T, HV]")
+    if g is not None:
+        _t.check_rank("g", g, 3, "[B, T, HV]")
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    for name, x in (("k", k), ("v", v), ("beta", beta), ("g", g)):
+        if x is not None and tuple(x.shape[:2]) != (B, T):
+            raise ValueError(f"{name}: expected leading dimensions [B, T] = [{B}, {T}] as q, got {list(x.shape)}")
+    if cu_seqlens is not None:
+        if B != 1:
+            raise ValueError(f"cu_seqlens: expected B = 1 when cu_seqlens is given (sequences packed along T), got B = {B}")
+        seq_lens = _cu_seqlens_to_lens(cu_seqlens, T)
+    else:
+        seq_lens = _t.int32_vector("seq_lens", [T] * B)
+    N = int(seq_lens.shape[0])
+    layout = _layout(state_layout)
+    qd = _t.float_dtype_name("q", q)
+    init = None
+    if initial_state is not None:
+        _t.float_dtype_name("initial_state", initial_state)
+        init = _t.contiguous_input("initial_state", initial_state)
+    state_shape = (N, HV, K, V) if layout == "kv" else (N, HV, V, K)
+    final_dtype = _t.dtype_name("initial_state", init) if init is not None else "f32"
+    if init is None and output_final_state and final_dtype == qd:
+        init_arg, final = None, _t.empty(kind, state_shape, final_dtype)
+    else:
+        init_arg, final = _final_state_buffers(kind, init, state_shape, output_final_state, final_dtype)
+
+    qc, kc, vc, bc = (_t.contiguous_input(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("beta", beta)))
+    gc = _t.contiguous_input("g", g) if g is not None else None
+    o = _t.empty(kind, (B, T, HV, V), qd)
+
+    def packed(x):  # [B, T, ...] -> [B*T, ...]: a view of a contiguous tensor; its own trailing dims
+        return None if x is None else x.reshape((B * T,) + tuple(x.shape[2:]))
+
+    _prefill(packed(qc), packed(kc), packed(vc), packed(bc), packed(gc), init_arg, seq_lens, packed(o), final,
+             _scale(scale), use_qk_l2norm_in_kernel, layout, _threads(threads), _algo(algo), check_values)
+    return o, final
+
+
+def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens, g=None, scale=None,
+                               use_qk_l2norm_in_kernel=False, state_layout="vk", threads=None,
+                               output_final_state=True, algo="auto", check_values=False):
+    """The operator in its packed form (the seeds' signature, SPEC 2).
+
+    query, key: [T, Nk, Dk]; value: [T, Nv, Dv]; beta: [T, Nv]; g: [T, Nv] or
+    None; initial_state: [B, Nv, Dv, Dk] (state_layout "vk", the default) or
+    [B, Nv, Dk, Dv] ("kv"), or None for zeros; seq_lens: B lengths summing to T.
+
+    Returns (out, final_state): out [T, Nv, Dv] in query's dtype; final_state in
+    initial_state's dtype (query's when None), or None if not output_final_state.
+    """
+    kind = _t.common_kind(query=query, key=key, value=value, beta=beta, g=g, initial_state=initial_state)
+    _t.check_rank("query", query, 3, "[T, Nk, Dk]")
+    _t.check_rank("value", value, 3, "[T, Nv, Dv]")
+    T, _, Dk = query.shape
+    Nv, Dv = value.shape[1], value.shape[2]
+    lens = _t.int32_vector("seq_lens", seq_lens)
+    layout = _layout(state_layout)
+    qd = _t.float_dtype_name("query", query)
+    init = _t.contiguous_input("initial_state", initial_state) if initial_state is not None else None
+    final = None
+    if output_final_state:
+        fdt = _t.float_dtype_name("initial_state", init) if init is not None else qd
+        final = _t.empty(kind, (lens.shape[0], Nv, Dk, Dv) if layout == "kv" else (lens.shape[0], Nv, Dv, Dk), fdt)
+    ins = [_t.contiguous_input(n, x) for n, x in (("query", query), ("key", key), ("value", value), ("beta", beta))]
+    gc = _t.contiguous_input("g", g) if g is not None else None
+    out = _t.empty(kind, (T, Nv, Dv), qd)
+    _prefill(*ins, gc, init, lens, out, final, _scale(scale), use_qk_l2norm_in_kernel, layout,
+             _threads(threads), _algo(algo), check_values)
+    return out, final
+
+
+def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, scale=None,
+                   use_qk_l2norm_in_kernel=False, state_layout="kv", threads=None, out=None, check_values=False):
+    """One decode step: a new token for each of N sequences.
+
+    query, key: [N, Nk, Dk]; value: [N, Nv, Dv]; beta, g: [N, Nv] (g may be
+    None); state_pool: [P, Nv, Dk, Dv] (state_layout "kv", the default) or
+    [P, Nv, Dv, Dk] ("vk"), any float dtype, contiguous, updated in place;
+    state_indices: N ints, row n uses state_pool[state_indices[n]], a negative
+    index skips row n (its output row is zeroed). Indices must be < P and
+    distinct; this is checked before anything is written.
+
+    out: optional preallocated [N, Nv, Dv] output (query's dtype and kind).
+    Returns out.
+    """
+    kind = _t.common_kind(query=query, key=key, value=value, beta=beta, g=g, state_pool=state_pool, out=out)
+    _t.check_rank("query", query, 3, "[N, Nk, Dk]")
+    _t.check_rank("value", value, 3, "[N, Nv, Dv]")
+    N, Nv, Dv = value.shape
+    qd = _t.float_dtype_name("query", query)
+    _t.float_dtype_name("state_pool", state_pool)
+    pool = _t.check_writable("state_pool", state_pool)
+    idx = _t.int32_vector("state_indices", state_indices)
+    if out is None:
+        out = _t.empty(kind, (N, Nv, Dv), qd)
+    else:
+        _t.check_writable("out", out)
+    ins = [_t.contiguous_input(n, x) for n, x in (("query", query), ("key", key), ("value", value), ("beta", beta))]
+    gc = _t.contiguous_input("g", g) if g is not None else None
+    _cgdr.decode_step(*(_t.native(n, x) for n, x in zip(("query", "key", "value", "beta"), ins)), _t.native("g", gc),
+                      _t.native("state_pool", pool), idx, _t.native("out", out), _scale(scale),
+                      bool(use_qk_l2norm_in_kernel), _layout(state_layout), _threads(threads), bool(check_values))
+    return out

@@ -1,0 +1,170 @@
+// _cgdr: the thin native layer under the `cgdr` Python package. It turns
+// tensor arguments into cgdr::TensorView (no copies), calls the C++ API with
+// the GIL released, and turns a failed cgdr::Status into a Python exception
+// carrying the C++ message. Shapes, layouts and allocation are the Python
+// layer's job (cgdr/__init__.py).
+//
+// A tensor argument is one of:
+//   None                         an absent optional tensor
+//   a numpy array                read through the buffer protocol; must be
+//                                C-contiguous, float16/float32/int32
+//   (data_ptr, dtype, shape)     a raw pointer from the Python layer (torch
+//                                tensors, bfloat16 included); dtype is
+//                                "f16", "bf16", "f32" or "i32"
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cgdr/cgdr.hpp"
+#include "cgdr/decode.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+// Non-null stand-in for zero-size tensors (torch reports data_ptr() == 0 for
+// them, which validation would read as "missing").
+alignas(64) uint8_t g_empty[64];
+
+[[noreturn]] void TypeError(const std::string& msg) { throw py::type_error(msg); }
+[[noreturn]] void ValueError(const std::string& msg) { throw py::value_error(msg); }
+
+cgdr::DType NumpyDType(const char* name, const py::array& a) {
+  const py::dtype dt = a.dtype();
+  const char kind = dt.kind();
+  const auto size = dt.itemsize();
+  if (kind == 'f' && size == 2) return cgdr::DType::kF16;
+  if (kind == 'f' && size == 4) return cgdr::DType::kF32;
+  if (kind == 'i' && size == 4) return cgdr::DType::kI32;
+  TypeError(std::string(name) + ": expected a numpy array of float16, float32 (or int32 for indices), got dtype " +
+            dt.attr("name").cast<std::string>());
+}
+
+// Numpy path: the buffer itself, checked for layout and writability.
+cgdr::TensorView FromNumpy(const char* name, const py::array& a, bool writable) {
+  if (!(a.flags() & py::array::c_style)) {
+    ValueError(std::string(name) + ": expected a C-contiguous array (the Python layer copies inputs; outputs and "
+                                   "in-place states must be contiguous)");
+  }
+  if (writable && !a.writeable()) ValueError(std::string(name) + ": expected a writable array, got a read-only one");
+  std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
+  const void* data = a.size() == 0 ? g_empty : a.data();
+  return cgdr::TensorView(data, NumpyDType(name, a), shape);
+}
+
+// Raw path: (data_ptr, dtype, shape) built by the Python layer from a tensor
+// it holds a reference to for the duration of the call.
+cgdr::TensorView FromTuple(const char* name, const py::tuple& t) {
+  if (t.size() != 3) TypeError(std::string(name) + ": expected (data_ptr, dtype, shape), got a tuple of " + std::to_string(t.size()));
+  const auto ptr = t[0].cast<uintptr_t>();
+  const auto dtype_name = t[1].cast<std::string>();
+  const auto shape = t[2].cast<std::vector<int64_t>>();
+  cgdr::DType dt;
+  if (!cgdr::ParseDType(dtype_name, &dt)) TypeError(std::string(name) + ": unknown dtype '" + dtype_name + "'");
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  const void* data = ptr == 0 && n == 0 ? g_empty : reinterpret_cast<const void*>(ptr);
+  return cgdr::TensorView(data, dt, shape);
+}
+
+cgdr::TensorView ToView(const char* name, const py::object& obj, bool writable = false) {
+  if (obj.is_none()) return cgdr::TensorView();
+  if (py::isinstance<py::array>(obj)) return FromNumpy(name, obj.cast<py::array>(), writable);
+  if (py::isinstance<py::tuple>(obj)) return FromTuple(name, obj.cast<py::tuple>());
+  TypeError(std::string(name) + ": expected None, a numpy array or (data_ptr, dtype, shape), got " +
+            std::string(py::str(py::type::handle_of(obj))));
+}
+
+cgdr::Options MakeOptions(double scale, bool l2norm, const std::string& layout, int threads, const std::string& algo,
+                          bool check_values) {
+  cgdr::Options o;
+  o.scale = scale;
+  o.use_qk_l2norm = l2norm;
+  if (layout == "vk") o.state_layout = cgdr::StateLayout::kVK;
+  else if (layout == "kv") o.state_layout = cgdr::StateLayout::kKV;
+  else ValueError("state_layout: expected 'vk' or 'kv', got '" + layout + "'");
+  if (threads < 0) ValueError("threads: expected None/0 (all) or a positive count, got " + std::to_string(threads));
+  o.threads = threads;
+  if (!cgdr::ParseAlgo(algo, &o.algo)) {
+    ValueError("algo: expected auto, recurrent, chunk16, chunk32, chunk64 or chunk128, got '" + algo + "'");
+  }
+  o.check_values = check_values;
+  return o;
+}
+
+void Raise(const cgdr::Status& s) {
+  switch (s.code()) {
+    case cgdr::Code::kOk: return;
+    case cgdr::Code::kInvalidArgument: throw py::value_error(s.message());
+    case cgdr::Code::kResourceExhausted:
+      PyErr_SetString(PyExc_MemoryError, s.message().c_str());
+      throw py::error_already_set();
+    default: throw std::runtime_error("cgdr internal error: " + s.message());
+  }
+}
+
+void Prefill(const py::object& query, const py::object& key, const py::object& value, const py::object& beta,
+             const py::object& g, const py::object& initial_state, const py::object& seq_lens, const py::object& out,
+             const py::object& final_state, double scale, bool use_qk_l2norm, const std::string& state_layout,
+             int threads, const std::string& algo, bool check_values) {
+  cgdr::Inputs in;
+  cgdr::Outputs o;
+  in.query = ToView("query", query);
+  in.key = ToView("key", key);
+  in.value = ToView("value", value);
+  in.beta = ToView("beta", beta);
+  in.g = ToView("g", g);
+  in.initial_state = ToView("initial_state", initial_state);
+  in.seq_lens = ToView("seq_lens", seq_lens);
+  o.out = ToView("out", out, true);
+  o.final_state = ToView("final_state", final_state, true);
+  const cgdr::Options opt = MakeOptions(scale, use_qk_l2norm, state_layout, threads, algo, check_values);
+  cgdr::Status s;
+  {
+    py::gil_scoped_release release;  // the arguments above keep every buffer alive
+    s = cgdr::Run(in, o, opt);
+  }
+  Raise(s);
+}
+
+void Decode(const py::object& query, const py::object& key, const py::object& value, const py::object& beta,
+            const py::object& g, const py::object& state_pool, const py::object& state_indices, const py::object& out,
+            double scale, bool use_qk_l2norm, const std::string& state_layout, int threads, bool check_values) {
+  cgdr::DecodeInputs in;
+  cgdr::DecodeOutputs o;
+  in.query = ToView("query", query);
+  in.key = ToView("key", key);
+  in.value = ToView("value", value);
+  in.beta = ToView("beta", beta);
+  in.g = ToView("g", g);
+  in.state_pool = ToView("state_pool", state_pool, true);
+  in.state_indices = ToView("state_indices", state_indices);
+  o.out = ToView("out", out, true);
+  const cgdr::Options opt = MakeOptions(scale, use_qk_l2norm, state_layout, threads, "auto", check_values);
+  cgdr::Status s;
+  {
+    py::gil_scoped_release release;
+    s = cgdr::DecodeStep(in, o, opt);
+  }
+  Raise(s);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_cgdr, m) {
+  m.doc() = "Native layer of the cgdr package (chunk gated delta rule on CPU). Use the `cgdr` package instead.";
+  m.def("prefill", &Prefill, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
+        py::arg("initial_state"), py::arg("seq_lens"), py::arg("out"), py::arg("final_state"), py::arg("scale"),
+        py::arg("use_qk_l2norm"), py::arg("state_layout"), py::arg("threads"), py::arg("algo"),
+        py::arg("check_values"),
+        "Runs cgdr::Run on packed TND tensors (see SPEC 2); writes out and final_state in place.");
+  m.def("decode_step", &Decode, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
+        py::arg("state_pool"), py::arg("state_indices"), py::arg("out"), py::arg("scale"), py::arg("use_qk_l2norm"),
+        py::arg("state_layout"), py::arg("threads"), py::arg("check_values"),
+        "Runs cgdr::DecodeStep; updates state_pool in place and writes out.");
+  m.def("active_target", &cgdr::ActiveTarget, "The SIMD target dispatch uses (AVX3, AVX2, SSE4, ...).");
+}

@@ -1,0 +1,163 @@
+"""cgdr.chunk_gated_delta_rule (fla layout) and cgdr.chunk_gated_delta_rule_tnd
+against the FP64 reference, for numpy and torch inputs of every dtype, odd
+head sizes, 1-token tails, varlen, grouped heads and both state layouts."""
+import numpy as np
+import pytest
+import torch
+
+import cgdr
+from _helpers import KINDS_DTYPES, dtype_of, f64, gdr_fp64, kind_of, limit, make, packed_inputs, rel_err
+
+DK, DV = 7, 9  # odd on purpose: every SIMD loop has a tail
+
+
+def to_bt(x, B, T):
+    """Packed [B*T, ...] float64 -> [B, T, ...]."""
+    return x.reshape((B, T) + x.shape[1:])
+
+
+@pytest.mark.parametrize("kind,dtype", KINDS_DTYPES)
+@pytest.mark.parametrize("layout", ["kv", "vk"])
+def test_fla_layout_batch(kind, dtype, layout):
+    """[B, T, H, K] inputs, B = 2, T = 65 (a 64-token chunk and a 1-token
+    tail), GQA HV = 2 H, initial state, l2norm in the kernel."""
+    rng = np.random.default_rng(11)
+    B, T, H, HV = 2, 65, 2, 4
+    x = packed_inputs(rng, B * T, H, HV, DK, DV, B, raw_qk=True)
+    state = x["state"] if layout == "kv" else x["state"].transpose(0, 1, 3, 2)
+    q, k, v, beta = (make(kind, dtype, to_bt(x[n], B, T)) for n in ("q", "k", "v", "beta"))
+    g = make(kind, "f32", to_bt(x["g"], B, T))
+    init = make(kind, "f32", state)
+    o, fs = cgdr.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=init, output_final_state=True,
+                                        use_qk_l2norm_in_kernel=True, state_layout=layout)
+    assert kind_of(o) == kind and dtype_of(o) == dtype and tuple(o.shape) == (B, T, HV, DV)
+    assert dtype_of(fs) == "f32" and tuple(fs.shape) == tuple(init.shape)
+    flat = lambda a: f64(a).reshape((B * T,) + tuple(a.shape[2:]))
+    ref_o, ref_s = gdr_fp64(flat(q), flat(k), flat(v), flat(beta), flat(g), init, [T] * B, l2norm=True, layout=layout)
+    assert rel_err(f64(o).reshape(B * T, HV, DV), ref_o) <= limit(ref_o, dtype)
+    assert rel_err(fs, ref_s) <= 2e-5
+    np.testing.assert_array_equal(f64(init), make("numpy", "f32", state).astype(np.float64))  # input untouched
+
+
+@pytest.mark.parametrize("kind,dtype", KINDS_DTYPES)
+def test_fla_varlen_cu_seqlens(kind, dtype):
+    """Sequences packed along T with cu_seqlens (lengths 1, 64, 0, 65, 3),
+    no initial state: the final state is float32 as in fla."""
+    rng = np.random.default_rng(12)
+    lens = [1, 64, 0, 65, 3]
+    T, H, HV = sum(lens), 1, 2
+    x = packed_inputs(rng, T, H, HV, DK, DV, len(lens))
+    q, k, v, beta = (make(kind, dtype, x[n][None]) for n in ("q", "k", "v", "beta"))
+    g = make(kind, "f32", x["g"][None])
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    if kind == "torch":
+        cu = torch.from_numpy(cu)
+    o, fs = cgdr.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True, cu_seqlens=cu)
+    assert tuple(o.shape) == (1, T, HV, DV) and dtype_of(o) == dtype
+    assert dtype_of(fs) == "f32" and tuple(fs.shape) == (len(lens), HV, DK, DV)
+    ref_o, ref_s = gdr_fp64(f64(q)[0], f64(k)[0], f64(v)[0], f64(beta)[0], f64(g)[0], None, lens, layout="kv")
+    assert rel_err(f64(o)[0], ref_o) <= limit(ref_o, dtype)
+    assert rel_err(fs, ref_s) <= 2e-5
+    assert np.all(f64(fs)[2] == 0)  # the empty sequence keeps its (zero) state
+
+
+@pytest.mark.parametrize("kind,dtype", KINDS_DTYPES)
+@pytest.mark.parametrize("layout", ["vk", "kv"])
+def test_tnd_form(kind, dtype, layout):
+    """The seeds' packed form: final_state in initial_state's dtype, g
+    optional, explicit scale, HV = 2 H."""
+    rng = np.random.default_rng(13)
+    lens = [17, 1, 33]
+    T, Nk, Nv = sum(lens), 2, 4
+    x = packed_inputs(rng, T, Nk, Nv, DK, DV, len(lens))
+    state = x["state"] if layout == "kv" else x["state"].transpose(0, 1, 3, 2)
+    q, k, v, beta = (make(kind, dtype, x[n]) for n in ("q", "k", "v", "beta"))
+    init = make(kind, dtype, state)
+    out, fs = cgdr.chunk_gated_delta_rule_tnd(q, k, v, beta, init, lens, g=None, scale=0.4, state_layout=layout)
+    assert kind_of(out) == kind and dtype_of(out) == dtype and dtype_of(fs) == dtype
+    ref_o, ref_s = gdr_fp64(q, k, v, beta, None, init, lens, scale=0.4, layout=layout)
+    assert rel_err(out, ref_o) <= limit(ref_o, dtype)
+    assert rel_err(fs, ref_s) <= limit(ref_s, dtype)
+
+
+@pytest.mark.parametrize("kind,dtype", [("numpy", "f16"), ("torch", "bf16")])
+def test_tnd_without_initial_state(kind, dtype):
+    """No initial state: zeros, and the final state takes query's dtype."""
+    rng = np.random.default_rng(14)
+    x = packed_inputs(rng, 10, 1, 1, DK, DV, 1)
+    q, k, v, beta, g = (make(kind, dtype, x[n]) for n in ("q", "k", "v", "beta", "g"))
+    out, fs = cgdr.chunk_gated_delta_rule_tnd(q, k, v, beta, None, np.array([10], np.int32), g=g)
+    assert dtype_of(fs) == dtype and tuple(fs.shape) == (1, 1, DV, DK)
+    ref_o, ref_s = gdr_fp64(q, k, v, beta, g, None, [10])
+    assert rel_err(out, ref_o) <= limit(ref_o, dtype)
+    assert rel_err(fs, ref_s) <= limit(ref_s, dtype)
+    out2, none = cgdr.chunk_gated_delta_rule_tnd(q, k, v, beta, None, [10], g=g, output_final_state=False)
+    assert none is None
+    np.testing.assert_array_equal(f64(out2), f64(out))
+
+
+def test_bf16_fla_without_final_state_has_no_state():
+    rng = np.random.default_rng(15)
+    x = packed_inputs(rng, 5, 1, 1, DK, DV, 1)
+    q, k, v, beta, g = (make("torch", "bf16", x[n][None]) for n in ("q", "k", "v", "beta", "g"))
+    o, fs = cgdr.chunk_gated_delta_rule(q, k, v, g, beta)
+    assert fs is None and o.dtype == torch.bfloat16
+
+
+def test_bitwise_same_for_any_thread_count():
+    rng = np.random.default_rng(16)
+    x = packed_inputs(rng, 300, 2, 4, 32, 24, 3)
+    args = [make("numpy", "f32", x[n]) for n in ("q", "k", "v", "beta")]
+    init = make("numpy", "f32", x["state"].transpose(0, 1, 3, 2))
+    runs = [cgdr.chunk_gated_delta_rule_tnd(*args, init, [100, 150, 50], g=make("numpy", "f32", x["g"]), threads=t)
+            for t in (1, 2, 3)]
+    for o, s in runs[1:]:
+        np.testing.assert_array_equal(o, runs[0][0])
+        np.testing.assert_array_equal(s, runs[0][1])
+
+
+def test_non_contiguous_inputs_are_accepted():
+    """Strided inputs are copied to contiguous ones; the result is the same."""
+    rng = np.random.default_rng(17)
+    x = packed_inputs(rng, 12, 1, 2, DK, DV, 1)
+    q = torch.from_numpy(x["q"]).float()
+    q_strided = torch.from_numpy(np.repeat(x["q"], 2, axis=0)).float()[::2]  # every other row of a doubled tensor
+    assert not q_strided.is_contiguous()
+    rest = [torch.from_numpy(x[n]).float() for n in ("k", "v", "beta")]
+    a, _ = cgdr.chunk_gated_delta_rule_tnd(q, *rest, None, [12])
+    b, _ = cgdr.chunk_gated_delta_rule_tnd(q_strided, *rest, None, [12])
+    assert torch.equal(a, b)
+
+
+def test_zero_copy_inputs_are_not_modified_and_gil_released():
+    """Inputs are read in place (never written) and other Python threads run
+    while the native call computes."""
+    import threading
+    import time
+    rng = np.random.default_rng(18)
+    x = packed_inputs(rng, 8192, 2, 8, 64, 64, 1)
+    arrays = [make("numpy", "f32", x[n]) for n in ("q", "k", "v", "beta", "g")]
+    copies = [a.copy() for a in arrays]
+    ticks = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.001)
+
+    th = threading.Thread(target=ticker)
+    th.start()
+    time.sleep(0.01)
+    try:
+        t0 = time.perf_counter()
+        cgdr.chunk_gated_delta_rule_tnd(*arrays[:4], None, [8192], g=arrays[4], threads=1)
+        t1 = time.perf_counter()
+    finally:
+        stop.set()
+        th.join()
+    for a, c in zip(arrays, copies):
+        np.testing.assert_array_equal(a, c)
+    inside = [t for t in ticks if t0 + 0.002 < t < t1 - 0.002]
+    if t1 - t0 > 0.03:  # long enough to tell: a held GIL would allow no tick inside
+        assert len(inside) >= 3, f"{len(inside)} ticks during a {t1 - t0:.3f} s call"

@@ -1,0 +1,212 @@
+// The C API (include/cgdr/cgdr.h): a thin translation to the C++ API. Every
+// entry catches everything, so no exception crosses into C, and records the
+// message of a failure in a per-thread string.
+#include "cgdr/cgdr.h"
+
+#include <exception>
+#include <new>
+#include <string>
+
+#include "cgdr/cgdr.hpp"
+#include "cgdr/decode.hpp"
+
+struct cgdr_options {
+  cgdr::Options options;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+cgdr_status Fail(cgdr_status code, std::string msg) {
+  g_last_error = std::move(msg);
+  return code;
+}
+
+cgdr_status FromStatus(const cgdr::Status& s) {
+  if (s.ok()) {
+    g_last_error.clear();
+    return CGDR_OK;
+  }
+  switch (s.code()) {
+    case cgdr::Code::kInvalidArgument: return Fail(CGDR_INVALID_ARGUMENT, s.message());
+    case cgdr::Code::kResourceExhausted: return Fail(CGDR_RESOURCE_EXHAUSTED, s.message());
+    default: return Fail(CGDR_INTERNAL, s.message());
+  }
+}
+
+// Maps a C descriptor to a view, rejecting what the C++ side cannot express
+// (unknown dtype enum values, ranks outside 0..4) with the tensor's name.
+cgdr::Status ToView(const char* name, const cgdr_tensor& t, cgdr::TensorView* v) {
+  *v = cgdr::TensorView();
+  if (t.data == nullptr) return cgdr::Status::Ok();  // absent; required ones are reported by validation
+  switch (t.dtype) {
+    case CGDR_F16: v->dtype = cgdr::DType::kF16; break;
+    case CGDR_BF16: v->dtype = cgdr::DType::kBF16; break;
+    case CGDR_F32: v->dtype = cgdr::DType::kF32; break;
+    case CGDR_I32: v->dtype = cgdr::DType::kI32; break;
+    default:
+      return cgdr::Status::Invalid(std::string(name) + ": unknown dtype enum value " + std::to_string(static_cast<int>(t.dtype)));
+  }
+  if (t.rank < 0 || t.rank > CGDR_MAX_RANK) {
+    return cgdr::Status::Invalid(std::string(name) + ": expected rank 0.." + std::to_string(CGDR_MAX_RANK) + ", got " +
+                                 std::to_string(t.rank));
+  }
+  v->data = t.data;
+  v->rank = t.rank;
+  for (int i = 0; i < t.rank; ++i) v->shape[i] = t.shape[i];
+  return cgdr::Status::Ok();
+}
+
+// Runs `body` (which returns a cgdr::Status) with every exception turned into a status.
+template <typename F>
+cgdr_status Guard(F&& body) {
+  try {
+    return FromStatus(body());
+  } catch (const std::bad_alloc&) {
+    return Fail(CGDR_RESOURCE_EXHAUSTED, "out of memory");
+  } catch (const std::exception& e) {
+    return Fail(CGDR_INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return Fail(CGDR_INTERNAL, "internal error: unknown exception");
+  }
+}
+
+#define CGDR_C_TRY(expr)     \
+  do {                       \
+    cgdr::Status s_ = (expr); \
+    if (!s_.ok()) return s_; \
+  } while (0)
+
+cgdr::Options OptionsOf(const cgdr_options* opt) { return opt ? opt->options : cgdr::Options(); }
+
+cgdr_status NullHandle(const char* fn) { return Fail(CGDR_INVALID_ARGUMENT, std::string(fn) + ": options handle is NULL"); }
+
+}  // namespace
+
+extern "C" {
+
+cgdr_status cgdr_options_create(cgdr_options** out) {
+  if (out == nullptr) return Fail(CGDR_INVALID_ARGUMENT, "cgdr_options_create: out pointer is NULL");
+  *out = nullptr;
+  auto* o = new (std::nothrow) cgdr_options();
+  if (o == nullptr) return Fail(CGDR_RESOURCE_EXHAUSTED, "cgdr_options_create: out of memory");
+  *out = o;
+  g_last_error.clear();
+  return CGDR_OK;
+}
+
+void cgdr_options_destroy(cgdr_options* opt) { delete opt; }
+
+cgdr_status cgdr_options_set_scale(cgdr_options* opt, double scale) {
+  if (!opt) return NullHandle("cgdr_options_set_scale");
+  opt->options.scale = scale;  // range checked by validation, with the call's context
+  return CGDR_OK;
+}
+
+cgdr_status cgdr_options_set_qk_l2norm(cgdr_options* opt, int enable) {
+  if (!opt) return NullHandle("cgdr_options_set_qk_l2norm");
+  opt->options.use_qk_l2norm = enable != 0;
+  return CGDR_OK;
+}
+
+cgdr_status cgdr_options_set_state_layout(cgdr_options* opt, cgdr_state_layout layout) {
+  if (!opt) return NullHandle("cgdr_options_set_state_layout");
+  if (layout != CGDR_LAYOUT_VK && layout != CGDR_LAYOUT_KV) {
+    return Fail(CGDR_INVALID_ARGUMENT, "cgdr_options_set_state_layout: expected CGDR_LAYOUT_VK (0) or CGDR_LAYOUT_KV (1), got " +
+                                           std::to_string(static_cast<int>(layout)));
+  }
+  opt->options.state_layout = layout == CGDR_LAYOUT_KV ? cgdr::StateLayout::kKV : cgdr::StateLayout::kVK;
+  return CGDR_OK;
+}
+
+cgdr_status cgdr_options_set_threads(cgdr_options* opt, int threads) {
+  if (!opt) return NullHandle("cgdr_options_set_threads");
+  if (threads < 0 || threads > 4096) {
+    return Fail(CGDR_INVALID_ARGUMENT, "cgdr_options_set_threads: expected 0 (all) .. 4096, got " + std::to_string(threads));
+  }
+  opt->options.threads = threads;
+  return CGDR_OK;
+}
+
+cgdr_status cgdr_options_set_check_values(cgdr_options* opt, int enable) {
+  if (!opt) return NullHandle("cgdr_options_set_check_values");
+  opt->options.check_values = enable != 0;
+  return CGDR_OK;
+}
+
+cgdr_status cgdr_options_set_chunk(cgdr_options* opt, int chunk) {
+  if (!opt) return NullHandle("cgdr_options_set_chunk");
+  switch (chunk) {
+    case 0: opt->options.algo = cgdr::Algo::kAuto; return CGDR_OK;
+    case 1: opt->options.algo = cgdr::Algo::kRecurrent; return CGDR_OK;
+    case 16: opt->options.algo = cgdr::Algo::kChunk16; return CGDR_OK;
+    case 32: opt->options.algo = cgdr::Algo::kChunk32; return CGDR_OK;
+    case 64: opt->options.algo = cgdr::Algo::kChunk64; return CGDR_OK;
+    case 128: opt->options.algo = cgdr::Algo::kChunk128; return CGDR_OK;
+    default:
+      return Fail(CGDR_INVALID_ARGUMENT, "cgdr_options_set_chunk: expected 0 (auto), 1, 16, 32, 64 or 128, got " + std::to_string(chunk));
+  }
+}
+
+cgdr_status cgdr_prefill(const cgdr_prefill_args* args, const cgdr_options* opt) {
+  if (!args) return Fail(CGDR_INVALID_ARGUMENT, "cgdr_prefill: args pointer is NULL");
+  return Guard([&]() -> cgdr::Status {
+    cgdr::Inputs in;
+    cgdr::Outputs out;
+    CGDR_C_TRY(ToView("query", args->query, &in.query));
+    CGDR_C_TRY(ToView("key", args->key, &in.key));
+    CGDR_C_TRY(ToView("value", args->value, &in.value));
+    CGDR_C_TRY(ToView("beta", args->beta, &in.beta));
+    CGDR_C_TRY(ToView("g", args->g, &in.g));
+    CGDR_C_TRY(ToView("initial_state", args->initial_state, &in.initial_state));
+    CGDR_C_TRY(ToView("seq_lens", args->seq_lens, &in.seq_lens));
+    CGDR_C_TRY(ToView("out", args->out, &out.out));
+    CGDR_C_TRY(ToView("final_state", args->final_state, &out.final_state));
+    return cgdr::Run(in, out, OptionsOf(opt));
+  });
+}
+
+cgdr_status cgdr_decode_step(const cgdr_decode_args* args, const cgdr_options* opt) {
+  if (!args) return Fail(CGDR_INVALID_ARGUMENT, "cgdr_decode_step: args pointer is NULL");
+  return Guard([&]() -> cgdr::Status {
+    cgdr::DecodeInputs in;
+    cgdr::DecodeOutputs out;
+    CGDR_C_TRY(ToView("query", args->query, &in.query));
+    CGDR_C_TRY(ToView("key", args->key, &in.key));
+    CGDR_C_TRY(ToView("value", args->value, &in.value));
+    CGDR_C_TRY(ToView("beta", args->beta, &in.beta));
+    CGDR_C_TRY(ToView("g", args->g, &in.g));
+    CGDR_C_TRY(ToView("state_pool", args->state_pool, &in.state_pool));
+    CGDR_C_TRY(ToView("state_indices", args->state_indices, &in.state_indices));
+    CGDR_C_TRY(ToView("out", args->out, &out.out));
+    return cgdr::DecodeStep(in, out, OptionsOf(opt));
+  });
+}
+
+const char* cgdr_last_error(void) { return g_last_error.c_str(); }
+
+const char* cgdr_status_name(cgdr_status status) {
+  switch (status) {
+    case CGDR_OK: return "ok";
+    case CGDR_INVALID_ARGUMENT: return "invalid_argument";
+    case CGDR_RESOURCE_EXHAUSTED: return "resource_exhausted";
+    case CGDR_INTERNAL: return "internal";
+  }
+  return "unknown";
+}
+
+// Kept in step with project(cgdr VERSION ...) in CMakeLists.txt.
+const char* cgdr_version(void) { return "0.1.0"; }
+
+const char* cgdr_simd_target(void) {
+  static thread_local std::string name;
+  try {
+    name = cgdr::ActiveTarget();
+  } catch (...) {
+    name = "unknown";
+  }
+  return name.c_str();
+}
+
+}  // extern "C"

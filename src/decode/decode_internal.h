@@ -1,0 +1,19 @@
+// Decode internals shared with the tests (not part of the public API).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace cgdr {
+
+// The Highway targets the decode kernels were compiled for that this CPU
+// supports, one bit each. Tests force each one
+// with hwy::SetSupportedTargetsForTest.
+std::vector<int64_t> DecodeTargets();
+
+// The dispatched bf16 row conversions the decode step uses for bf16 pools,
+// exposed so tests can hold them to core/dtype.h bit for bit.
+void DecodeBF16ToF32(const uint16_t* src, int64_t n, float* dst);
+void DecodeF32ToBF16(const float* src, int64_t n, uint16_t* dst);
+
+}  // namespace cgdr

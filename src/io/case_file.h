@@ -1,0 +1,55 @@
+// Case and result files (SPEC 7): one safetensors file per case, tensors named
+// as in SPEC 2, metadata `scale`, `state_layout`, `use_qk_l2norm`.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cgdr/cgdr.hpp"
+#include "io/safetensors.h"
+
+namespace cgdr {
+
+// A case read from disk: the file's buffers and views into them.
+struct LoadedCase {
+  SafetensorsFile file;
+  Inputs inputs;    // absent g / initial_state stay null views
+  Options options;  // scale, state_layout, use_qk_l2norm from the metadata; the rest default
+};
+
+// Reads a case. Errors (one line) name the file and the tensor or metadata key;
+// shapes and dtypes are left to cgdr::Validate.
+Status LoadCase(const std::string& path, LoadedCase* out);
+
+// The tensors and metadata a case file holds (make-case uses them to write
+// deliberately broken variants); SaveCase writes them atomically.
+std::vector<SafetensorsWriteTensor> CaseTensors(const Inputs& in);
+std::map<std::string, std::string> CaseMetadata(const Options& opt);
+Status SaveCase(const std::string& path, const Inputs& in, const Options& opt);
+
+// Output buffers shaped from the inputs (SPEC 2: out [T, Nv, Dv] as query;
+// final_state [B, Nv, ...] as initial_state, else query), allocated only after
+// the inputs have passed cgdr::Validate, so a bad case costs no memory.
+struct OutputBuffers {
+  struct Free {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<void, Free> out, final_state;
+  Outputs views;
+  Problem problem;  // as Validate filled it
+};
+Status PrepareOutputs(const Inputs& in, const Options& opt, OutputBuffers* out);
+
+// A result file: `out` and `final_state`, metadata `state_layout`.
+Status SaveResult(const std::string& path, const Outputs& out, const Options& opt);
+
+struct LoadedResult {
+  SafetensorsFile file;
+  Outputs outputs;
+};
+Status LoadResult(const std::string& path, LoadedResult* out);
+
+}  // namespace cgdr

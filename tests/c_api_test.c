@@ -1,0 +1,192 @@
+/* Drives the C API from C (compiled as C, not C++): a prefill, decode steps
+ * that continue it, and the error paths (status, message, nothing written). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cgdr/cgdr.h"
+
+static int g_failures = 0;
+
+#define CHECK(cond, ...)                                                \
+  do {                                                                  \
+    if (!(cond)) {                                                      \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                     \
+      fprintf(stderr, "\n");                                            \
+      ++g_failures;                                                     \
+    }                                                                   \
+  } while (0)
+
+enum { NK = 1, NV = 2, DK = 5, DV = 3, T = 4, B = 1 };
+
+static cgdr_tensor Tensor(void* data, cgdr_dtype dtype, int rank, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+  cgdr_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = dtype;
+  t.rank = rank;
+  t.shape[0] = d0;
+  t.shape[1] = d1;
+  t.shape[2] = d2;
+  t.shape[3] = d3;
+  return t;
+}
+
+/* Deterministic, well-conditioned inputs: small values, beta in (0,1), g < 0. */
+static float Val(int i, float scale) { return scale * (float)sin(0.7 * i + 0.3); }
+
+static float q[T][NK][DK], k[T][NK][DK], v[T][NV][DV], beta[T][NV], g[T][NV];
+static float out_prefill[T][NV][DV], state_prefill[B][NV][DV][DK];
+static float init_state[B][NV][DV][DK];
+
+static void FillInputs(void) {
+  int i = 0;
+  for (int t = 0; t < T; ++t) {
+    for (int d = 0; d < DK; ++d) { q[t][0][d] = Val(i++, 0.4f); k[t][0][d] = Val(i++, 0.4f); }
+    for (int h = 0; h < NV; ++h) {
+      for (int d = 0; d < DV; ++d) v[t][h][d] = Val(i++, 1.0f);
+      beta[t][h] = 0.5f + 0.4f * Val(i++, 1.0f);
+      g[t][h] = -0.1f - 0.1f * fabsf(Val(i++, 1.0f));
+    }
+  }
+  for (int h = 0; h < NV; ++h)
+    for (int a = 0; a < DV; ++a)
+      for (int b = 0; b < DK; ++b) init_state[0][h][a][b] = Val(i++, 0.3f);
+}
+
+static void TestPrefillThenDecode(void) {
+  int32_t seq_lens[B] = {T - 1};  /* prefill all but the last token */
+  cgdr_prefill_args pa;
+  memset(&pa, 0, sizeof pa);
+  pa.query = Tensor(q, CGDR_F32, 3, T - 1, NK, DK, 0);
+  pa.key = Tensor(k, CGDR_F32, 3, T - 1, NK, DK, 0);
+  pa.value = Tensor(v, CGDR_F32, 3, T - 1, NV, DV, 0);
+  pa.beta = Tensor(beta, CGDR_F32, 2, T - 1, NV, 0, 0);
+  pa.g = Tensor(g, CGDR_F32, 2, T - 1, NV, 0, 0);
+  pa.initial_state = Tensor(init_state, CGDR_F32, 4, B, NV, DV, DK);
+  pa.seq_lens = Tensor(seq_lens, CGDR_I32, 1, B, 0, 0, 0);
+  pa.out = Tensor(out_prefill, CGDR_F32, 3, T - 1, NV, DV, 0);
+  pa.final_state = Tensor(state_prefill, CGDR_F32, 4, B, NV, DV, DK);
+
+  cgdr_options* opt = NULL;
+  CHECK(cgdr_options_create(&opt) == CGDR_OK, "%s", cgdr_last_error());
+  CHECK(cgdr_options_set_threads(opt, 2) == CGDR_OK, "%s", cgdr_last_error());
+  CHECK(cgdr_options_set_state_layout(opt, CGDR_LAYOUT_VK) == CGDR_OK, "%s", cgdr_last_error());
+  cgdr_status s = cgdr_prefill(&pa, opt);
+  CHECK(s == CGDR_OK, "prefill: %s", cgdr_last_error());
+  CHECK(strcmp(cgdr_last_error(), "") == 0, "message after success: %s", cgdr_last_error());
+
+  /* The last token as a decode step on a pool of 3 states, ours in row 2. */
+  static float pool[3][NV][DV][DK];
+  memset(pool, 0, sizeof pool);
+  memcpy(pool[2], state_prefill[0], sizeof state_prefill[0]);
+  int32_t idx[1] = {2};
+  float out_step[1][NV][DV];
+  cgdr_decode_args da;
+  memset(&da, 0, sizeof da);
+  da.query = Tensor(q[T - 1], CGDR_F32, 3, 1, NK, DK, 0);
+  da.key = Tensor(k[T - 1], CGDR_F32, 3, 1, NK, DK, 0);
+  da.value = Tensor(v[T - 1], CGDR_F32, 3, 1, NV, DV, 0);
+  da.beta = Tensor(beta[T - 1], CGDR_F32, 2, 1, NV, 0, 0);
+  da.g = Tensor(g[T - 1], CGDR_F32, 2, 1, NV, 0, 0);
+  da.state_pool = Tensor(pool, CGDR_F32, 4, 3, NV, DV, DK);
+  da.state_indices = Tensor(idx, CGDR_I32, 1, 1, 0, 0, 0);
+  da.out = Tensor(out_step, CGDR_F32, 3, 1, NV, DV, 0);
+  s = cgdr_decode_step(&da, opt);
+  CHECK(s == CGDR_OK, "decode: %s", cgdr_last_error());
+
+  /* Compare with a prefill of all T tokens. */
+  static float out_full[T][NV][DV], state_full[B][NV][DV][DK];
+  seq_lens[0] = T;
+  pa.query.shape[0] = pa.key.shape[0] = pa.value.shape[0] = pa.beta.shape[0] = pa.g.shape[0] = T;
+  pa.out = Tensor(out_full, CGDR_F32, 3, T, NV, DV, 0);
+  pa.final_state = Tensor(state_full, CGDR_F32, 4, B, NV, DV, DK);
+  s = cgdr_prefill(&pa, NULL); /* NULL options: defaults (layout vk) */
+  CHECK(s == CGDR_OK, "full prefill: %s", cgdr_last_error());
+  for (int h = 0; h < NV; ++h) {
+    for (int j = 0; j < DV; ++j) {
+      CHECK(fabsf(out_step[0][h][j] - out_full[T - 1][h][j]) < 1e-5f, "out[%d][%d]: %g vs %g", h, j,
+            out_step[0][h][j], out_full[T - 1][h][j]);
+      for (int i = 0; i < DK; ++i)
+        CHECK(fabsf(pool[2][h][j][i] - state_full[0][h][j][i]) < 1e-5f, "state[%d][%d][%d]", h, j, i);
+    }
+  }
+  for (size_t i = 0; i < sizeof pool[0] / sizeof(float); ++i) CHECK(((float*)pool[0])[i] == 0.0f, "pool row 0 touched");
+  cgdr_options_destroy(opt);
+}
+
+static void TestErrors(void) {
+  static float pool[2][NV][DV][DK];
+  float out_step[2][NV][DV];
+  int32_t idx[2] = {1, 1}; /* duplicate */
+  cgdr_decode_args da;
+  memset(&da, 0, sizeof da);
+  da.query = Tensor(q, CGDR_F32, 3, 2, NK, DK, 0);
+  da.key = Tensor(k, CGDR_F32, 3, 2, NK, DK, 0);
+  da.value = Tensor(v, CGDR_F32, 3, 2, NV, DV, 0);
+  da.beta = Tensor(beta, CGDR_F32, 2, 2, NV, 0, 0);
+  da.state_pool = Tensor(pool, CGDR_F32, 4, 2, NV, DV, DK);
+  da.state_indices = Tensor(idx, CGDR_I32, 1, 2, 0, 0, 0);
+  da.out = Tensor(out_step, CGDR_F32, 3, 2, NV, DV, 0);
+  memset(out_step, 0x7f, sizeof out_step);
+  for (size_t i = 0; i < sizeof pool / sizeof(float); ++i) ((float*)pool)[i] = 1.0f;
+
+  cgdr_status s = cgdr_decode_step(&da, NULL);
+  CHECK(s == CGDR_INVALID_ARGUMENT, "duplicate indices: got %s", cgdr_status_name(s));
+  CHECK(strstr(cgdr_last_error(), "state_indices: expected distinct") != NULL, "message: %s", cgdr_last_error());
+  idx[1] = 2; /* out of range */
+  s = cgdr_decode_step(&da, NULL);
+  CHECK(s == CGDR_INVALID_ARGUMENT, "index out of range: got %s", cgdr_status_name(s));
+  CHECK(strstr(cgdr_last_error(), "expected indices < P = 2") != NULL, "message: %s", cgdr_last_error());
+  for (size_t i = 0; i < sizeof pool / sizeof(float); ++i) CHECK(((float*)pool)[i] == 1.0f, "pool written on error");
+  unsigned char expect_out[sizeof out_step];
+  memset(expect_out, 0x7f, sizeof expect_out);
+  CHECK(memcmp(out_step, expect_out, sizeof out_step) == 0, "out written on error");
+
+  idx[1] = 0;
+  da.value.dtype = (cgdr_dtype)42;
+  s = cgdr_decode_step(&da, NULL);
+  CHECK(s == CGDR_INVALID_ARGUMENT && strstr(cgdr_last_error(), "value: unknown dtype enum value 42"), "%s",
+        cgdr_last_error());
+  da.value.dtype = CGDR_F32;
+  da.key.rank = 7;
+  s = cgdr_decode_step(&da, NULL);
+  CHECK(s == CGDR_INVALID_ARGUMENT && strstr(cgdr_last_error(), "key: expected rank 0..4, got 7"), "%s", cgdr_last_error());
+
+  cgdr_prefill_args pa;
+  memset(&pa, 0, sizeof pa); /* everything missing */
+  s = cgdr_prefill(&pa, NULL);
+  CHECK(s == CGDR_INVALID_ARGUMENT && strstr(cgdr_last_error(), "query: required tensor is missing"), "%s",
+        cgdr_last_error());
+  CHECK(cgdr_prefill(NULL, NULL) == CGDR_INVALID_ARGUMENT, "NULL args");
+  CHECK(cgdr_options_set_threads(NULL, 1) == CGDR_INVALID_ARGUMENT, "NULL handle");
+  CHECK(strstr(cgdr_last_error(), "options handle is NULL") != NULL, "%s", cgdr_last_error());
+
+  cgdr_options* opt = NULL;
+  CHECK(cgdr_options_create(&opt) == CGDR_OK, "create");
+  CHECK(cgdr_options_set_chunk(opt, 7) == CGDR_INVALID_ARGUMENT, "chunk 7 accepted");
+  CHECK(cgdr_options_set_state_layout(opt, (cgdr_state_layout)5) == CGDR_INVALID_ARGUMENT, "layout 5 accepted");
+  CHECK(cgdr_options_set_threads(opt, -3) == CGDR_INVALID_ARGUMENT, "threads -3 accepted");
+  CHECK(cgdr_options_set_chunk(opt, 64) == CGDR_OK, "chunk 64");
+  CHECK(cgdr_options_set_qk_l2norm(opt, 1) == CGDR_OK, "l2norm");
+  CHECK(cgdr_options_set_scale(opt, 0.25) == CGDR_OK, "scale");
+  CHECK(cgdr_options_set_check_values(opt, 1) == CGDR_OK, "check_values");
+  cgdr_options_destroy(opt);
+  cgdr_options_destroy(NULL);
+  CHECK(strcmp(cgdr_status_name(CGDR_RESOURCE_EXHAUSTED), "resource_exhausted") == 0, "status name");
+}
+
+int main(void) {
+  FillInputs();
+  printf("cgdr %s, SIMD target %s\n", cgdr_version(), cgdr_simd_target());
+  TestPrefillThenDecode();
+  TestErrors();
+  if (g_failures) {
+    fprintf(stderr, "%d check(s) failed\n", g_failures);
+    return 1;
+  }
+  printf("c_api_test: all checks passed\n");
+  return 0;
+}

@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# End-to-end tests of the `cgdr` binary (SPEC 3 and 7): usage, run + FP64
+# check, layouts and dtypes, bad inputs (exit 2, one stderr line, no output
+# file), plan, demo. Bash and coreutils only.
+#
+#   cli_test.sh PATH/TO/cgdr [usage|run_and_check|layouts_and_dtypes|bad_inputs|plan|demo|all]
+set -euo pipefail
+
+CGDR=${1:?usage: cli_test.sh PATH/TO/cgdr [section]}
+SECTION=${2:-all}
+W=$(mktemp -d "${TMPDIR:-/tmp}/cgdr_cli.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+
+fail() {
+  echo "FAIL [$SECTION]: $*" >&2
+  exit 1
+}
+
+# expect_ok WHAT CMD...: exit 0 and nothing on stderr; stdout kept in $W/stdout.
+expect_ok() {
+  local what=$1 rc=0
+  shift
+  "$@" >"$W/stdout" 2>"$W/stderr" || rc=$?
+  [ "$rc" -eq 0 ] || fail "$what: exit $rc, expected 0; stderr: $(cat "$W/stderr")"
+  [ ! -s "$W/stderr" ] || fail "$what: unexpected stderr: $(cat "$W/stderr")"
+}
+
+# expect_error WHAT SUBSTRING CMD...: exit 2, exactly one stderr line
+# "cgdr: error: ..." containing SUBSTRING.
+expect_error() {
+  local what=$1 want=$2 rc=0 lines
+  shift 2
+  "$@" >"$W/stdout" 2>"$W/stderr" || rc=$?
+  [ "$rc" -eq 2 ] || fail "$what: exit $rc, expected 2; stderr: $(cat "$W/stderr")"
+  lines=$(wc -l <"$W/stderr")
+  [ "$lines" -eq 1 ] || fail "$what: $lines lines on stderr, expected exactly 1: $(cat "$W/stderr")"
+  grep -q '^cgdr: error: ' "$W/stderr" || fail "$what: stderr does not start with 'cgdr: error: ': $(cat "$W/stderr")"
+  grep -qF -- "$want" "$W/stderr" || fail "$what: stderr lacks '$want': $(cat "$W/stderr")"
+}
+
+expect_stdout_has() {
+  grep -qF -- "$2" "$W/stdout" || fail "$1: stdout lacks '$2': $(cat "$W/stdout")"
+}
+
+# No temporary files may survive a write, failed or not.
+expect_no_temporaries() {
+  local left
+  left=$(find "$W" -name '.*.tmp-*' | head -n 3)
+  [ -z "$left" ] || fail "$1: temporary files left behind: $left"
+}
+
+# run_and_check NAME MAKE-CASE-FLAGS... : make a case, run it, check it against FP64.
+run_and_check() {
+  local name=$1
+  shift
+  expect_ok "make-case $name" "$CGDR" make-case --out "$W/$name.case" "$@"
+  expect_ok "run $name" "$CGDR" run --input "$W/$name.case" --output "$W/$name.result"
+  [ -s "$W/$name.result" ] || fail "run $name: no result file"
+  expect_ok "check $name" "$CGDR" check --input "$W/$name.case" --result "$W/$name.result"
+  expect_stdout_has "check $name" "final_state"
+}
+
+section_usage() {
+  for h in --help help -h; do
+    expect_ok "cgdr $h" "$CGDR" "$h"
+    for word in "usage: cgdr" " run " " plan " " bench " " tune " " demo " "--input" "--output"; do
+      expect_stdout_has "cgdr $h" "$word"
+    done
+  done
+  for sub in run plan demo make-case check; do
+    expect_ok "cgdr $sub --help" "$CGDR" "$sub" --help
+    expect_stdout_has "cgdr $sub --help" "usage: cgdr $sub"
+  done
+  expect_error "no command" "no command" "$CGDR"
+  expect_error "unknown command" "unknown command 'frobnicate'" "$CGDR" frobnicate
+  expect_error "unknown flag" "unknown flag '--bogus'" "$CGDR" run --bogus
+  expect_error "stray word" "unexpected argument 'extra'" "$CGDR" run extra
+  expect_error "flag without value" "--input needs a value" "$CGDR" run --input
+  expect_error "missing --output" "needs --output" "$CGDR" run --input "$W/x"
+  expect_error "bad --threads" "--threads: expected an integer" "$CGDR" run --input a --output b --threads -1
+  expect_error "bad --algo" "--algo: expected" "$CGDR" run --input a --output b --algo fast
+  expect_error "repeated flag" "given twice" "$CGDR" run --input a --input b --output c
+  expect_error "switch with value" "takes no value" "$CGDR" run --check-values=1 --input a --output b
+}
+
+section_run_and_check() {
+  run_and_check varlen --lens 3,0,5 --nk 2 --nv 4 --dk 16 --dv 16
+  # Every formulation passes the same check, and thread counts give identical bytes (SPEC 5).
+  for algo in auto recurrent chunk16 chunk32 chunk64; do
+    expect_ok "run --algo $algo" "$CGDR" run --input "$W/varlen.case" --output "$W/varlen.$algo" --algo "$algo" --threads 2
+    expect_ok "check --algo $algo" "$CGDR" check --input "$W/varlen.case" --result "$W/varlen.$algo"
+  done
+  expect_ok "run --threads 1" "$CGDR" run --input "$W/varlen.case" --output "$W/t1" --threads 1
+  expect_ok "run --threads 3" "$CGDR" run --input "$W/varlen.case" --output "$W/t3" --threads 3
+  cmp -s "$W/t1" "$W/t3" || fail "results differ between --threads 1 and --threads 3"
+  # Over an existing file: replaced whole.
+  echo "old" >"$W/t1"
+  expect_ok "run over an existing result" "$CGDR" run --input "$W/varlen.case" --output "$W/t1" --threads 1
+  cmp -s "$W/t1" "$W/t3" || fail "overwritten result differs"
+  # A multi-chunk sequence with a partial last chunk, and --check-values on good data.
+  run_and_check long --t 150 --nk 1 --nv 2 --dk 32 --dv 32
+  expect_ok "run --check-values" "$CGDR" run --input "$W/long.case" --output "$W/long.cv" --check-values
+  # check refuses a result that does not belong to the case, and flags a wrong one.
+  expect_error "check mismatched result" "expected shape" "$CGDR" check --input "$W/long.case" --result "$W/varlen.result"
+  local rc=0
+  "$CGDR" check --input "$W/long.case" --result "$W/long.case" >"$W/stdout" 2>"$W/stderr" || rc=$?
+  [ "$rc" -eq 2 ] || fail "check with a case as the result: exit $rc, expected 2"
+  # A result of another case with the same shapes: check must notice (exit 1, FAIL).
+  expect_ok "make-case other seed" "$CGDR" make-case --out "$W/other.case" --lens 3,0,5 --nk 2 --nv 4 --dk 16 --dv 16 --seed 7
+  rc=0
+  "$CGDR" check --input "$W/other.case" --result "$W/varlen.result" >"$W/stdout" 2>"$W/stderr" || rc=$?
+  [ "$rc" -eq 1 ] || fail "check of a wrong result: exit $rc, expected 1; $(cat "$W/stdout" "$W/stderr")"
+  expect_stdout_has "check of a wrong result" "FAIL"
+  expect_no_temporaries "run_and_check"
+}
+
+section_layouts_and_dtypes() {
+  run_and_check f16 --t 70 --dtype f16 --state-dtype f32
+  run_and_check f16state --t 40 --dtype f16 --g-dtype f16
+  run_and_check bf16 --t 40 --dtype bf16 --l2norm --scale 0.2
+  run_and_check kv --lens 5,17 --layout kv
+  run_and_check nog --t 33 --no-g
+  run_and_check nostate --lens 4,0,9 --no-state --dtype f16
+  run_and_check wide --t 20 --nk 1 --nv 3 --dk 80 --dv 48
+  run_and_check empty --lens 0 --dtype bf16
+  expect_no_temporaries "layouts_and_dtypes"
+}
+
+# bad_run WHAT SUBSTRING CASE: `cgdr run` must refuse with exit 2, one line,
+# and leave the output as it was (absent, or a pre-existing file untouched).
+bad_run() {
+  local what=$1 want=$2 case_file=$3
+  rm -f "$W/out.safetensors"
+  expect_error "$what" "$want" "$CGDR" run --input "$case_file" --output "$W/out.safetensors"
+  [ ! -e "$W/out.safetensors" ] || fail "$what: an output file was created"
+  echo "keep me" >"$W/kept.safetensors"
+  expect_error "$what (existing output)" "$want" "$CGDR" run --input "$case_file" --output "$W/kept.safetensors"
+  [ "$(cat "$W/kept.safetensors")" = "keep me" ] || fail "$what: the existing output file was modified"
+}
+
+section_bad_inputs() {
+  expect_ok "make good case" "$CGDR" make-case --out "$W/good.case" --t 12
+  local size
+  size=$(wc -c <"$W/good.case")
+
+  cp "$W/good.case" "$W/json.case"  # the header's opening '{' becomes 'X'
+  printf 'X' | dd of="$W/json.case" bs=1 seek=8 conv=notrunc status=none
+  bad_run "corrupt header JSON" "not valid JSON" "$W/json.case"
+
+  cp "$W/good.case" "$W/len.case"  # header length far past the end of the file
+  printf '\xff\xff\xff\x7f\x00\x00\x00\x00' | dd of="$W/len.case" bs=1 seek=0 conv=notrunc status=none
+  bad_run "header length past EOF" "exceeds the limit" "$W/len.case"
+  printf '\x00\x00\x10\x00\x00\x00\x00\x00' | dd of="$W/len.case" bs=1 seek=0 conv=notrunc status=none
+  bad_run "header length past EOF (small)" "runs past the end of the file" "$W/len.case"
+
+  head -c $((size - 10)) "$W/good.case" >"$W/trunc.case"
+  bad_run "truncated file" "outside the data buffer" "$W/trunc.case"
+  head -c 5 "$W/good.case" >"$W/tiny.case"
+  bad_run "5-byte file" "too short" "$W/tiny.case"
+  : >"$W/empty.case"
+  bad_run "empty file" "too short" "$W/empty.case"
+  bad_run "missing file" "cannot open" "$W/does-not-exist.case"
+  bad_run "directory as input" "not a regular file" "$W"
+
+  local kind want
+  while read -r kind want; do
+    expect_ok "make-case --break $kind" "$CGDR" make-case --out "$W/$kind.case" --t 12 --break "$kind"
+    bad_run "broken case $kind" "$want" "$W/$kind.case"
+  done <<'EOF'
+beta-i32 beta: expected dtype f32
+key-shape key: expected shape
+seq-lens seq_lens: expected the lengths to sum to T
+missing-beta missing required tensor 'beta'
+bad-layout metadata 'state_layout' is "xy"
+unknown-tensor unknown tensor 'querry'
+EOF
+
+  expect_error "output in a missing directory" "cannot create a temporary file" \
+    "$CGDR" run --input "$W/good.case" --output "$W/no/such/dir/out.safetensors"
+  [ ! -e "$W/no" ] || fail "a directory was created for the output"
+  mkdir "$W/outdir"
+  expect_error "output is a directory" "cannot rename into place" "$CGDR" run --input "$W/good.case" --output "$W/outdir"
+  [ -z "$(ls -A "$W/outdir")" ] || fail "output directory was written into"
+  expect_no_temporaries "bad_inputs"
+}
+
+section_plan() {
+  expect_ok "plan flagship" "$CGDR" plan --t 8192 --nk 16 --nv 32 --dk 128 --dv 128
+  expect_stdout_has "plan flagship" "CGDR_PLAN T=8192 B=1 Nk=16 Nv=32 Dk=128 Dv=128 dtype=f16"
+  expect_stdout_has "plan flagship" "why:"
+  expect_ok "plan varlen" "$CGDR" plan --t 1001 --b 4 --nk 2 --nv 4 --dk 64 --dv 32 --threads 3 --algo chunk16 --dtype bf16
+  for word in "B=4" "chunk=16" "threads=3" "dtype=bf16" "thread 2:"; do expect_stdout_has "plan varlen" "$word"; done
+  expect_ok "plan huge T" "$CGDR" plan --t 1000000000000 --nk 16 --nv 32 --dk 128 --dv 128
+  expect_stdout_has "plan huge T" "T=1000000000000"
+  expect_error "plan Nv % Nk" "--nv: expected a multiple of --nk" "$CGDR" plan --t 8 --nk 2 --nv 3 --dk 16 --dv 16
+  expect_error "plan Dk = 0" "--dk: expected an integer in [1, 256]" "$CGDR" plan --t 8 --nk 1 --nv 1 --dk 0 --dv 16
+  expect_error "plan Dv too big" "--dv: expected an integer in [1, 256]" "$CGDR" plan --t 8 --nk 1 --nv 1 --dk 16 --dv 300
+  expect_error "plan missing --t" "needs --t" "$CGDR" plan --nk 1 --nv 1 --dk 16 --dv 16
+}
+
+# The demo at a short length: writes its files to --dir, times, checks, passes.
+section_demo() {
+  expect_ok "demo" "$CGDR" demo --t 300 --dir "$W"
+  for word in "case:" "run:" "GFLOP/s" "rel err" "demo: PASS"; do expect_stdout_has "demo" "$word"; done
+  [ -s "$W/demo_case.safetensors" ] && [ -s "$W/demo_result.safetensors" ] || fail "demo: case or result file missing"
+  expect_ok "check demo result" "$CGDR" check --input "$W/demo_case.safetensors" --result "$W/demo_result.safetensors" --heads 0,31
+}
+
+SECTIONS="usage run_and_check layouts_and_dtypes bad_inputs plan demo"
+case " $SECTIONS all " in
+  *" $SECTION "*) ;;
+  *) fail "unknown section '$SECTION' (one of: $SECTIONS all)" ;;
+esac
+case "$SECTION" in
+  all) for s in $SECTIONS; do SECTION=$s "section_$s"; done ;;
+  *) "section_$SECTION" ;;
+esac
+echo "PASS [$SECTION]"

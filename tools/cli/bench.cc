@@ -1,0 +1,821 @@
+// `cgdr bench` (SPEC 8) and `cgdr tune` (the planner's calibration profile).
+// Everything here goes through the public API (cgdr::Run with Options.algo /
+// Options.threads), so it measures what a caller gets, whichever kernel is in.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/peak.h"
+#include "cgdr/cgdr.hpp"
+#include "cgdr/plan.hpp"
+#include "args.h"
+#include "commands.h"
+#include "core/synthetic.h"
+#include "reference/reference.h"
+
+namespace cgdr {
+namespace {
+
+using cli::Args;
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// Other processes on the cores make every number here low and noisy; say so
+// up front rather than let a busy machine pass for a slow kernel.
+void WarnIfBusy(const char* cmd) {
+  std::ifstream f("/proc/loadavg");
+  double load = 0.0;
+  if (f >> load && load > 0.5) {
+    std::printf("note: load average %.2f before %s started: other processes compete for the cores, so timings and "
+                "the peak are low and noisy\n", load, cmd);
+  }
+}
+
+int HardwareThreads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+// ---------------------------------------------------------------- rows
+
+struct RowSpec {
+  std::string name, group;  // group: flagship, scaling, sweep, varlen, npu, generic
+  int64_t Nk = 16, Nv = 32, Dk = 128, Dv = 128;
+  std::vector<int32_t> lens;
+  double baseline_ms = 0.0;  // NPU (300I Duo) time for the same shape, 0 if none
+  int threads = 0;           // 0: the bench's thread count
+};
+
+int64_t TotalTokens(const std::vector<int32_t>& lens) {
+  int64_t t = 0;
+  for (int32_t l : lens) t += l;
+  return t;
+}
+
+RowSpec Flagship(int64_t T, const std::string& name, const std::string& group) {
+  RowSpec r;
+  r.name = name;
+  r.group = group;
+  r.lens = {static_cast<int32_t>(T)};
+  return r;
+}
+
+// 16 sequences spread over 1..4096 (both ends included), from raw mt19937
+// output (distributions differ between standard libraries), so every run and
+// every platform times the same batch.
+RowSpec VarlenBatch() {
+  RowSpec r = Flagship(0, "qwen3-next-varlen16", "varlen");
+  std::mt19937 rng(2024);
+  r.lens.clear();
+  for (int i = 0; i < 16; ++i) r.lens.push_back(static_cast<int32_t>(1 + rng() % 4096));
+  r.lens[3] = 1;
+  r.lens[11] = 4096;
+  return r;
+}
+
+// The 300I Duo NPU measurements of the Ascend kernel: (B, H, T per sequence, Dk, Dv) -> ms.
+RowSpec NpuRow(int B, int H, int T, int Dk, int Dv, double ms) {
+  RowSpec r;
+  r.name = "npu-B" + std::to_string(B) + "-H" + std::to_string(H) + "-T" + std::to_string(T) + "-D" +
+           std::to_string(Dk) + "x" + std::to_string(Dv);
+  r.group = "npu";
+  r.Nk = r.Nv = H;
+  r.Dk = Dk;
+  r.Dv = Dv;
+  r.lens.assign(static_cast<size_t>(B), T);
+  r.baseline_ms = ms;
+  return r;
+}
+
+std::vector<RowSpec> NpuRows() {
+  return {NpuRow(1, 8, 64, 64, 64, 1.242),       NpuRow(1, 16, 128, 128, 128, 7.241),
+          NpuRow(1, 1, 128, 128, 256, 3.616),    NpuRow(2, 8, 512, 128, 128, 25.145),
+          NpuRow(1, 16, 1024, 128, 128, 49.211), NpuRow(1, 16, 2048, 128, 128, 97.188)};
+}
+
+RowSpec GenericRow() {
+  RowSpec r = Flagship(2048, "generic-D200x200", "generic");
+  r.Nk = r.Nv = 16;
+  r.Dk = r.Dv = 200;
+  return r;
+}
+
+struct BenchConfig {
+  bool shape_only = false;
+  bool quick = false;
+  int64_t t_override = 0;
+  int threads = 0;
+  int reps = 0;  // 0: by time
+  std::string json_path;
+  std::vector<Algo> algos{Algo::kAuto};
+  bool all_algos = false;
+};
+
+std::vector<RowSpec> SelectRows(const BenchConfig& cfg) {
+  const int64_t flag_t = cfg.t_override > 0 ? cfg.t_override : (cfg.quick ? 2048 : 8192);
+  std::vector<RowSpec> rows{Flagship(flag_t, "qwen3-next", "flagship")};
+  if (cfg.shape_only) return rows;
+  const bool scaling = cfg.threads > 1;
+  if (scaling) {
+    rows.push_back(Flagship(flag_t, "qwen3-next-1thread", "scaling"));
+    rows.back().threads = 1;
+  }
+  if (cfg.quick) {
+    const auto npu = NpuRows();
+    rows.push_back(npu[1]);
+    rows.push_back(npu[4]);
+    return rows;
+  }
+  for (int64_t t : {512, 1024, 2048, 4096, 8192, 16384, 32768}) {
+    rows.push_back(Flagship(t, "qwen3-next-T" + std::to_string(t), "sweep"));
+  }
+  rows.push_back(VarlenBatch());
+  for (const auto& r : NpuRows()) rows.push_back(r);
+  rows.push_back(GenericRow());
+  return rows;
+}
+
+// ---------------------------------------------------------------- data
+
+// Rows with the same heads share one synthetic case big enough for all of
+// them (every row is a prefix of its tokens and states): generating 30k
+// tokens of flagship inputs takes seconds, so it is done once.
+struct PoolKey {
+  int64_t Nk, Nv, Dk, Dv;
+  auto operator<=>(const PoolKey&) const = default;
+};
+
+struct Pool {
+  int64_t t_max = 0, b_max = 1;
+  std::unique_ptr<Case> data;
+};
+
+PoolKey KeyOf(const RowSpec& r) { return {r.Nk, r.Nv, r.Dk, r.Dv}; }
+
+constexpr DType kBenchDType = DType::kF16;  // f16 in/out and state (SPEC 8); g stays f32
+
+std::map<PoolKey, Pool> SizePools(const std::vector<RowSpec>& rows) {
+  std::map<PoolKey, Pool> pools;
+  for (const auto& r : rows) {
+    Pool& p = pools[KeyOf(r)];
+    p.t_max = std::max(p.t_max, TotalTokens(r.lens));
+    p.b_max = std::max<int64_t>(p.b_max, static_cast<int64_t>(r.lens.size()));
+  }
+  return pools;
+}
+
+Case& PoolCase(Pool& pool, const PoolKey& key) {
+  if (!pool.data) {
+    CaseSpec s;
+    s.Nk = key.Nk;
+    s.Nv = key.Nv;
+    s.Dk = key.Dk;
+    s.Dv = key.Dv;
+    s.lens.assign(static_cast<size_t>(pool.b_max), 0);  // b_max states; all tokens in the first
+    s.lens[0] = static_cast<int32_t>(pool.t_max);
+    s.dtype = kBenchDType;
+    s.state_dtype = kBenchDType;
+    s.seed = 7;
+    pool.data = std::make_unique<Case>(MakeCase(s));
+  }
+  return *pool.data;
+}
+
+// Views of the pool's buffers cut to the row: the first T tokens, the first B
+// states, and the row's own sequence lengths (which must outlive the views).
+void RowViews(Case& c, const std::vector<int32_t>& lens, Inputs* in, Outputs* out) {
+  const int64_t T = TotalTokens(lens), B = static_cast<int64_t>(lens.size());
+  *in = c.inputs();
+  *out = c.outputs();
+  for (TensorView* t : {&in->query, &in->key, &in->value, &in->beta, &in->g, &out->out}) t->shape[0] = T;
+  in->initial_state.shape[0] = B;
+  out->final_state.shape[0] = B;
+  in->seq_lens = TensorView(lens.data(), DType::kI32, {B});
+}
+
+// ---------------------------------------------------------------- accuracy
+
+// Rows [outer][count][inner] -> [outer][1][inner] at `index`.
+std::vector<uint8_t> SliceHead(const TensorView& t, int64_t outer, int64_t count, int64_t index, int64_t inner) {
+  const size_t row = static_cast<size_t>(inner) * DTypeSize(t.dtype);
+  std::vector<uint8_t> r(static_cast<size_t>(outer) * row);
+  const auto* base = static_cast<const uint8_t*>(t.data);
+  for (int64_t o = 0; o < outer; ++o) std::memcpy(r.data() + o * row, base + (o * count + index) * row, row);
+  return r;
+}
+
+// One value head of a problem as its own problem (Nk = Nv = 1): the FP64
+// reference then stores and costs one head, not Nv (1 GB of doubles at T=32k).
+class HeadProblem {
+ public:
+  HeadProblem(const Inputs& in, const Problem& p, int64_t h) : p_(p), h_(h) {
+    const int64_t hk = h / (p.Nv / p.Nk);
+    q_ = SliceHead(in.query, p.T, p.Nk, hk, p.Dk);
+    k_ = SliceHead(in.key, p.T, p.Nk, hk, p.Dk);
+    v_ = SliceHead(in.value, p.T, p.Nv, h, p.Dv);
+    beta_ = SliceHead(in.beta, p.T, p.Nv, h, 1);
+    if (in.g.present()) g_ = SliceHead(in.g, p.T, p.Nv, h, 1);
+    if (in.initial_state.present()) state_ = SliceHead(in.initial_state, p.B, p.Nv, h, p.Dk * p.Dv);
+    lens_.assign(p.seq_lens.begin(), p.seq_lens.end());
+    in_.query = TensorView(q_.data(), in.query.dtype, {p.T, 1, p.Dk});
+    in_.key = TensorView(k_.data(), in.key.dtype, {p.T, 1, p.Dk});
+    in_.value = TensorView(v_.data(), in.value.dtype, {p.T, 1, p.Dv});
+    in_.beta = TensorView(beta_.data(), in.beta.dtype, {p.T, 1});
+    if (in.g.present()) in_.g = TensorView(g_.data(), in.g.dtype, {p.T, 1});
+    if (in.initial_state.present()) {
+      in_.initial_state = TensorView(state_.data(), in.initial_state.dtype,
+                                     {p.B, 1, in.initial_state.shape[2], in.initial_state.shape[3]});
+    }
+    in_.seq_lens = TensorView(lens_.data(), DType::kI32, {p.B});
+  }
+
+  // Runs the FP64 reference once; false (with the reason) if the slice does not validate.
+  Status Prepare() {
+    Outputs o;
+    out_.assign(static_cast<size_t>(p_.T * p_.Dv) * DTypeSize(p_.dtype), 0);
+    o.out = TensorView(out_.data(), p_.dtype, {p_.T, 1, p_.Dv});
+    Options opt = p_.options;
+    opt.scale = p_.scale;
+    Problem hp;
+    Status s = Validate(in_, o, opt, &hp);
+    if (!s.ok()) return s;
+    ReferenceRun(in_, hp, &ref_);
+    rounding_err_ = RoundingError(ref_.out, p_.dtype);
+    return Status::Ok();
+  }
+
+  // ||out[:, h] - ref|| / ||ref|| for the operator's full output tensor.
+  double RelErr(const TensorView& full_out) {
+    out_ = SliceHead(full_out, p_.T, p_.Nv, h_, p_.Dv);
+    return RelativeError(TensorView(out_.data(), p_.dtype, {p_.T, 1, p_.Dv}), ref_.out, 1);
+  }
+  double rounding_err() const { return rounding_err_; }  // of the FP64 answer stored in the dtype (SPEC 6)
+
+ private:
+  Problem p_;
+  int64_t h_;
+  std::vector<uint8_t> q_, k_, v_, beta_, g_, state_, out_;
+  std::vector<int32_t> lens_;
+  Inputs in_;
+  ReferenceResult ref_;
+  double rounding_err_ = 0.0;
+};
+
+// ---------------------------------------------------------------- timing
+
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct Timing {
+  double median_s = 0.0;
+  int reps = 0;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// One warm-up run (faults in pages, scratch, dispatch), then `reps` timed runs,
+// or, when reps == 0, enough to fill ~min_s (at least 3; fewer only for runs
+// that alone take seconds).
+Status TimeRuns(const Inputs& in, const Outputs& out, const Options& opt, int reps, double min_s, Timing* t) {
+  auto t0 = Clock::now();
+  Status s = Run(in, out, opt);
+  if (!s.ok()) return s;
+  const double warm = Since(t0);
+  if (reps <= 0) {
+    const int min_reps = warm > 3.0 ? 1 : warm > 1.0 ? 2 : 3;
+    reps = std::clamp(static_cast<int>(std::ceil(min_s / std::max(warm, 1e-6))), min_reps, 200);
+  }
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    t0 = Clock::now();
+    s = Run(in, out, opt);
+    times.push_back(Since(t0));
+    if (!s.ok()) return s;
+  }
+  t->median_s = Median(times);
+  t->reps = reps;
+  return Status::Ok();
+}
+
+Status PlanFor(const Inputs& in, const Outputs& out, const Options& opt, Plan* plan) {
+  Problem p;
+  Status s = Validate(in, out, opt, &p);
+  if (!s.ok()) return s;
+  return MakePlan(p, DefaultProfile(), plan);
+}
+
+std::string PlanAlgoName(int chunk) { return chunk == 1 ? "recurrent" : "chunk" + std::to_string(chunk); }
+
+// Algorithmic FLOPs (SPEC 8): the three state products, 6 Dk Dv per token and value head.
+double AlgoFlops(int64_t tokens, int64_t Nv, int64_t Dk, int64_t Dv) {
+  return 6.0 * static_cast<double>(Dk) * static_cast<double>(Dv) * static_cast<double>(tokens) * static_cast<double>(Nv);
+}
+
+// Measured once per thread count and reused by every row with that count.
+class PeakCache {
+ public:
+  explicit PeakCache(double seconds) : seconds_(seconds) {}
+  const FmaPeak& Get(int threads) {
+    auto it = peaks_.find(threads);
+    if (it == peaks_.end()) it = peaks_.emplace(threads, MeasureFmaPeak(threads, seconds_)).first;
+    return it->second;
+  }
+
+ private:
+  double seconds_;
+  std::map<int, FmaPeak> peaks_;
+};
+
+// ---------------------------------------------------------------- bench
+
+struct RowResult {
+  RowSpec spec;
+  Algo requested = Algo::kAuto;
+  int threads = 0, chunk = 0, reps = 0;
+  int64_t v_step = 0, T = 0;
+  double seconds = 0, tokens_per_s = 0, gflops = 0, peak = 0, pct_peak = 0, rel_err = 0, rounding_err = 0;
+  Json extra = Json::object();  // speedup, comparison and scaling fields
+};
+
+Json ToJson(const RowResult& r, const std::string& target, double copy_gbps) {
+  const RowSpec& s = r.spec;
+  Json j = {{"name", s.name},
+            {"group", s.group},
+            {"B", s.lens.size()},
+            {"T", r.T},
+            {"Nk", s.Nk},
+            {"Nv", s.Nv},
+            {"Dk", s.Dk},
+            {"Dv", s.Dv},
+            {"dtype", DTypeName(kBenchDType)},
+            {"state_dtype", DTypeName(kBenchDType)},
+            {"threads", r.threads},
+            {"algo", PlanAlgoName(r.chunk)},
+            {"algo_requested", AlgoName(r.requested)},
+            {"chunk", r.chunk},
+            {"v_step", r.v_step},
+            {"reps", r.reps},
+            {"seconds", r.seconds},
+            {"tokens_per_s", r.tokens_per_s},
+            {"gflops", r.gflops},
+            {"peak_gflops", r.peak},
+            {"pct_peak", r.pct_peak},
+            {"rel_err", r.rel_err},
+            {"ref_rounding_err", r.rounding_err},
+            {"mem_copy_gbps", copy_gbps},
+            {"target", target}};
+  if (s.baseline_ms > 0) {
+    j["baseline_ms"] = s.baseline_ms;
+    j["speedup"] = s.baseline_ms / (r.seconds * 1e3);
+  }
+  if (s.group == "varlen") j["seq_lens"] = s.lens;
+  j.update(r.extra);
+  return j;
+}
+
+void PrintHeader() {
+  std::printf("%-26s %3s %6s %-10s %3s %5s %3s %9s %8s %8s %6s %9s %8s %7s\n", "name", "B", "T", "algo", "C", "vstep",
+              "thr", "ms", "ktok/s", "GFLOP/s", "%peak", "rel_err", "npu_ms", "speedup");
+}
+
+void PrintRow(const RowResult& r) {
+  const std::string algo = r.requested == Algo::kAuto ? PlanAlgoName(r.chunk) : std::string(AlgoName(r.requested)) + "!";
+  std::printf("%-26s %3zu %6lld %-10s %3d %5lld %3d %9.3f %8.1f %8.1f %6.1f %9.2e", r.spec.name.c_str(),
+              r.spec.lens.size(), static_cast<long long>(r.T), algo.c_str(), r.chunk, static_cast<long long>(r.v_step),
+              r.threads, r.seconds * 1e3, r.tokens_per_s / 1e3, r.gflops, r.pct_peak, r.rel_err);
+  if (r.spec.baseline_ms > 0) std::printf(" %8.3f %6.2fx", r.spec.baseline_ms, r.spec.baseline_ms / (r.seconds * 1e3));
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+// Times one row under one formulation and fills everything but `extra`.
+Status BenchRow(const RowSpec& spec, Case& data, Algo algo, const BenchConfig& cfg, PeakCache& peaks,
+                HeadProblem& head, RowResult* r) {
+  Inputs in;
+  Outputs out;
+  RowViews(data, spec.lens, &in, &out);
+  Options opt = data.options();
+  opt.algo = algo;
+  opt.threads = spec.threads > 0 ? spec.threads : cfg.threads;
+  Plan plan;
+  Status s = PlanFor(in, out, opt, &plan);
+  if (!s.ok()) return s;
+  Timing t;
+  s = TimeRuns(in, out, opt, cfg.reps, cfg.quick ? 0.15 : 0.5, &t);
+  if (!s.ok()) return s;
+  r->spec = spec;
+  r->requested = algo;
+  r->threads = opt.threads;
+  r->chunk = plan.chunk;
+  r->v_step = plan.v_step;
+  r->reps = t.reps;
+  r->T = TotalTokens(spec.lens);
+  r->seconds = t.median_s;
+  r->tokens_per_s = static_cast<double>(r->T) / t.median_s;
+  r->gflops = AlgoFlops(r->T, spec.Nv, spec.Dk, spec.Dv) / t.median_s / 1e9;
+  r->peak = peaks.Get(opt.threads).gflops;
+  r->pct_peak = 100.0 * r->gflops / r->peak;
+  r->rel_err = head.RelErr(out.out);  // `out` holds the last timed run's result
+  r->rounding_err = head.rounding_err();
+  return Status::Ok();
+}
+
+// --algo all: which formulation was fastest, and what auto's choice cost.
+void CompareAlgos(std::vector<RowResult>& variants) {
+  const RowResult* best = &variants[0];
+  RowResult* autorow = nullptr;
+  for (auto& v : variants) {
+    if (v.requested != Algo::kAuto && (best->requested == Algo::kAuto || v.seconds < best->seconds)) best = &v;
+    if (v.requested == Algo::kAuto) autorow = &v;
+  }
+  if (!autorow || best->requested == Algo::kAuto) return;
+  const double slowdown = autorow->seconds / best->seconds;
+  std::printf("  -> fastest: %s (%.3f ms); auto chose %s: %.3f ms, %.2fx the fastest\n", AlgoName(best->requested),
+              best->seconds * 1e3, PlanAlgoName(autorow->chunk).c_str(), autorow->seconds * 1e3, slowdown);
+  autorow->extra["fastest_algo"] = AlgoName(best->requested);
+  autorow->extra["auto_slowdown"] = slowdown;
+}
+
+// 1 thread vs all threads on the flagship (same formulation as the flagship row).
+void AddScaling(std::vector<RowResult>& results) {
+  const RowResult* all = nullptr;
+  for (auto& r : results) {
+    if (r.spec.group == "flagship" && r.requested == results.back().requested) all = &r;
+  }
+  RowResult& one = results.back();
+  if (!all || one.spec.group != "scaling") return;
+  const double speedup = one.seconds / all->seconds;
+  std::printf("  -> thread scaling (T=%lld): 1 thread %.3f ms, %d threads %.3f ms: %.2fx (ideal %dx)\n",
+              static_cast<long long>(one.T), one.seconds * 1e3, all->threads, all->seconds * 1e3, speedup, all->threads);
+  one.extra["scaling_speedup"] = speedup;
+  one.extra["scaling_threads"] = all->threads;
+}
+
+Status ParseBenchFlags(int argc, char** argv, BenchConfig* cfg, bool* help) {
+  Args a;
+  Status s = a.Parse("bench", argc, argv, {"--shape", "--t", "--threads", "--json", "--algo", "--reps"}, {"--quick"});
+  if (!s.ok()) return s;
+  *help = a.Has("--help");
+  int64_t t = 0, threads = 0, reps = 0;
+  if (s = a.Int("--t", 1, int64_t{1} << 24, 0, &t); !s.ok()) return s;
+  if (s = a.Int("--threads", 1, 4096, HardwareThreads(), &threads); !s.ok()) return s;
+  if (s = a.Int("--reps", 1, 100000, 0, &reps); !s.ok()) return s;
+  cfg->t_override = t;
+  cfg->threads = static_cast<int>(threads);
+  cfg->reps = static_cast<int>(reps);
+  cfg->quick = a.Has("--quick");
+  if (a.Has("--shape")) {
+    if (a.Get("--shape") != "qwen3-next") return Status::Invalid("--shape: only 'qwen3-next' is known, got '" + a.Get("--shape") + "'");
+    cfg->shape_only = true;
+  }
+  if (a.Has("--json")) {
+    cfg->json_path = a.Get("--json");
+    // Fail now, not after minutes of timing.
+    const std::filesystem::path dir = std::filesystem::path(cfg->json_path).parent_path();
+    std::error_code ec;
+    if (cfg->json_path.empty() || (!dir.empty() && !std::filesystem::is_directory(dir, ec))) {
+      return Status::Invalid("--json: cannot write '" + cfg->json_path + "' (no such directory)");
+    }
+  }
+  const std::string algo = a.Get("--algo", "auto");
+  Algo one;
+  if (algo == "all") {
+    cfg->all_algos = true;
+    cfg->algos = {Algo::kAuto, Algo::kRecurrent, Algo::kChunk16, Algo::kChunk32, Algo::kChunk64};
+  } else if (ParseAlgo(algo, &one)) {
+    cfg->algos = {one};
+  } else {
+    return Status::Invalid("--algo: expected auto|recurrent|chunk16|chunk32|chunk64|all, got '" + algo + "'");
+  }
+  return Status::Ok();
+}
+
+const char* kBenchUsage =
+    "usage: cgdr bench [--shape qwen3-next] [--t T] [--threads N] [--json FILE]\n"
+    "                  [--algo auto|recurrent|chunk16|chunk32|chunk64|all] [--quick] [--reps N]\n"
+    "  default: flagship, 1-thread scaling, T sweep 512..32768, varlen batch, NPU rows, Dk=Dv=200\n"
+    "  --shape qwen3-next  the flagship row alone (--t overrides its length)\n"
+    "  --algo all          every row with auto and each forced formulation, compared\n"
+    "  --quick             flagship at T=2048 and two NPU rows, short timing\n";
+
+Status WriteJson(const std::string& path, const Json& j) {
+  std::ofstream f(path);
+  if (!f) return Status::Invalid("--json: cannot open '" + path + "' for writing");
+  f << j.dump(2) << "\n";
+  f.close();
+  if (!f) return Status(Code::kInternal, "--json: write to '" + path + "' failed");
+  return Status::Ok();
+}
+
+}  // namespace
+
+int BenchMain(int argc, char** argv) {
+  BenchConfig cfg;
+  bool help = false;
+  if (Status s = ParseBenchFlags(argc, argv, &cfg, &help); !s.ok()) return cli::ReportError(s);
+  if (help) {
+    std::fputs(kBenchUsage, stdout);
+    return 0;
+  }
+  WarnIfBusy("bench");
+  const auto start = Clock::now();
+  PeakCache peaks(cfg.quick ? 0.1 : 0.25);
+  const FmaPeak& peak = peaks.Get(cfg.threads);
+  const CopyBandwidth copy = MeasureCopyBandwidth(cfg.threads, cfg.quick ? size_t{64} << 20 : size_t{256} << 20);
+  const std::string target = ActiveTarget();
+  std::printf("cgdr bench: kernel target %s, %d threads, profile: %s\n", target.c_str(), cfg.threads,
+              DefaultProfile().source.c_str());
+  std::printf("measured FP32 FMA peak: %.1f GFLOP/s on %d threads (%.1f per thread, %zu lanes, %s); "
+              "memory copy: %.1f GB/s (read+write, %zu MiB)\n",
+              peak.gflops, peak.threads, peak.gflops / peak.threads, peak.lanes, peak.target.c_str(),
+              copy.gbytes_per_s, copy.bytes >> 20);
+  std::printf("gflops = 6*Dk*Dv*tokens*Nv / s (algorithmic, SPEC 8); rel_err vs FP64 on value head Nv/2; "
+              "algo with ! = forced\n\n");
+  PrintHeader();
+
+  const std::vector<RowSpec> rows = SelectRows(cfg);
+  std::map<PoolKey, Pool> pools = SizePools(rows);
+  std::vector<RowResult> results;
+  for (const RowSpec& spec : rows) {
+    Case& data = PoolCase(pools[KeyOf(spec)], KeyOf(spec));
+    Inputs in;
+    Outputs out;
+    RowViews(data, spec.lens, &in, &out);
+    Problem p;
+    Status s = Validate(in, out, data.options(), &p);
+    std::unique_ptr<HeadProblem> head;
+    if (s.ok()) {
+      head = std::make_unique<HeadProblem>(in, p, spec.Nv / 2);
+      s = head->Prepare();
+    }
+    // The scaling row is one extra run of the flagship, not a formulation comparison.
+    const std::vector<Algo> algos = spec.group == "scaling" ? std::vector<Algo>{cfg.algos[0]} : cfg.algos;
+    std::vector<RowResult> variants;
+    for (Algo a : algos) {
+      if (!s.ok()) break;
+      RowResult r;
+      s = BenchRow(spec, data, a, cfg, peaks, *head, &r);
+      if (s.ok()) {
+        PrintRow(r);
+        variants.push_back(std::move(r));
+      }
+    }
+    if (!s.ok()) return cli::ReportError(Status(s.code(), "bench row " + spec.name + ": " + s.message()));
+    if (cfg.all_algos && variants.size() > 1) CompareAlgos(variants);
+    for (auto& v : variants) results.push_back(std::move(v));
+    if (spec.group == "scaling") AddScaling(results);
+  }
+
+  std::printf("\n%zu rows in %.1f s\n", results.size(), Since(start));
+  if (!cfg.json_path.empty()) {
+    Json arr = Json::array();
+    for (const auto& r : results) arr.push_back(ToJson(r, target, copy.gbytes_per_s));
+    if (Status s = WriteJson(cfg.json_path, arr); !s.ok()) return cli::ReportError(s);
+    std::printf("wrote %s\n", cfg.json_path.c_str());
+  }
+  return 0;
+}
+
+// ================================================================ tune
+
+namespace {
+
+// Per-core working-set budget: half of this core's L2 (the rest is left to
+// the streamed inputs and outputs), 1 MiB if the OS does not say.
+int64_t CacheBudgetBytes() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (int i = 0; i < 8; ++i) {
+    const fs::path dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i);
+    std::ifstream level(dir / "level"), type(dir / "type"), size(dir / "size");
+    int lv = 0;
+    std::string ty, sz;
+    if (!(level >> lv) || !(type >> ty) || !(size >> sz)) continue;
+    if (lv != 2 || ty == "Instruction") continue;
+    int64_t bytes = std::atoll(sz.c_str());
+    if (!sz.empty() && (sz.back() == 'K' || sz.back() == 'k')) bytes <<= 10;
+    if (!sz.empty() && sz.back() == 'M') bytes <<= 20;
+    if (bytes >= (256 << 10)) return bytes / 2;
+  }
+  return int64_t{1} << 20;
+}
+
+constexpr Algo kTuneAlgos[4] = {Algo::kRecurrent, Algo::kChunk16, Algo::kChunk32, Algo::kChunk64};
+
+struct TunePoint {
+  int64_t Dk = 0, Dv = 0, dk_pad = 0, T = 0, Nv = 0;
+  double seconds = 0;
+  double units = 0;  // cost per (token, value head) in FMAs at the measured peak
+};
+
+// The planner's per-token model (src/plan/plan.cc ModelCost) with the
+// constants as unknowns: units = a*x_state + b*x_inchunk + fixed.
+double XState(const TunePoint& p) { return 3.0 * static_cast<double>(p.dk_pad * p.Dv); }
+double XInchunk(const TunePoint& p, int c) { return c == 1 ? 0.0 : 0.5 * c * (3.0 * static_cast<double>(p.dk_pad) + 2.0 * static_cast<double>(p.Dv)); }
+double Fixed(const TunePoint& p, int c) {
+  if (c == 1) return 0.0;
+  const double chunks = std::ceil(static_cast<double>(p.T) / c);
+  return chunks * c * c * c / 6.0 / static_cast<double>(p.T);
+}
+
+// Least squares on relative residuals weighted by each shape's work (Dk*Dv):
+// big heads dominate run time, so their misfit costs most. a > 0 and b >= 0
+// (what profile.cc accepts).
+void FitConstants(const std::vector<TunePoint>& pts, int c, double* a, double* b) {
+  double s11 = 0, s12 = 0, s22 = 0, r1 = 0, r2 = 0;
+  for (const auto& p : pts) {
+    const double w = static_cast<double>(p.Dk * p.Dv) / (p.units * p.units);
+    const double x1 = XState(p), x2 = XInchunk(p, c), y = p.units - Fixed(p, c);
+    s11 += w * x1 * x1;
+    s12 += w * x1 * x2;
+    s22 += w * x2 * x2;
+    r1 += w * x1 * y;
+    r2 += w * x2 * y;
+  }
+  const double det = s11 * s22 - s12 * s12;
+  *a = 0.0;
+  *b = 0.0;
+  if (c != 1 && det > 1e-12 * s11 * s22) {
+    *a = (r1 * s22 - r2 * s12) / det;
+    *b = (r2 * s11 - r1 * s12) / det;
+  }
+  if (*b <= 0.0 || *a <= 0.0) {  // one-parameter fit: the in-chunk term is not resolved
+    *b = 0.0;
+    *a = r1 / s11;
+  }
+  *a = std::max(*a, 0.01);
+}
+
+Status MeasurePoint(Algo algo, int threads, TunePoint* pt, double min_s, int* chunk) {
+  CaseSpec s;
+  s.Nk = s.Nv = pt->Nv;
+  s.Dk = pt->Dk;
+  s.Dv = pt->Dv;
+  s.lens = {static_cast<int32_t>(pt->T)};
+  s.dtype = kBenchDType;
+  s.state_dtype = kBenchDType;
+  Case c = MakeCase(s);
+  Options opt = c.options();
+  opt.algo = algo;
+  opt.threads = threads;
+  Plan plan;
+  Status st = PlanFor(c.inputs(), c.outputs(), opt, &plan);
+  if (!st.ok()) return st;
+  pt->dk_pad = plan.dk_padded;
+  *chunk = plan.chunk;
+  Timing t;
+  st = TimeRuns(c.inputs(), c.outputs(), opt, 0, min_s, &t);
+  pt->seconds = t.median_s;
+  return st;
+}
+
+std::string DefaultProfilePath() {
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/cgdr/profile.json";
+}
+
+// Temp file + rename: a reader (profile.cc) sees the old profile or the new
+// one, never half of one.
+Status WriteAtomically(const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path target(path);
+  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
+  if (ec) return Status::Invalid("--out: cannot create directory '" + target.parent_path().string() + "': " + ec.message());
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp);
+    if (!f) return Status::Invalid("--out: cannot write '" + tmp + "'");
+    f << text;
+    f.close();
+    if (!f) {
+      fs::remove(tmp, ec);
+      return Status(Code::kInternal, "--out: write to '" + tmp + "' failed");
+    }
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return Status(Code::kInternal, "--out: cannot rename onto '" + path + "'");
+  }
+  return Status::Ok();
+}
+
+const char* kTuneUsage =
+    "usage: cgdr tune [--out FILE] [--threads N (default 1)] [--quick]\n"
+    "  times recurrent/chunk16/chunk32/chunk64 on a few head shapes and fits the planner's\n"
+    "  cost constants; writes them to FILE (default $HOME/.cache/cgdr/profile.json)\n";
+
+}  // namespace
+
+int TuneMain(int argc, char** argv) {
+  Args a;
+  Status s = a.Parse("tune", argc, argv, {"--out", "--threads"}, {"--quick"});
+  if (!s.ok()) return cli::ReportError(s);
+  if (a.Has("--help")) {
+    std::fputs(kTuneUsage, stdout);
+    return 0;
+  }
+  // One thread by default: the model's constants are per-core costs, and one
+  // thread is not held up by a neighbour process on another core.
+  int64_t threads_flag = 1;
+  if (s = a.Int("--threads", 1, 4096, 1, &threads_flag); !s.ok()) return cli::ReportError(s);
+  const int threads = static_cast<int>(threads_flag);
+  if (a.Has("--out") && a.Get("--out").empty()) return cli::ReportError(Status::Invalid("--out: empty file name"));
+  const std::string out_path = a.Get("--out", DefaultProfilePath());
+  const bool quick = a.Has("--quick");
+
+  WarnIfBusy("tune");
+  const FmaPeak peak = MeasureFmaPeak(threads, quick ? 0.1 : 0.25);
+  const double fma_per_s = peak.gflops * 1e9 / 2.0;
+  std::printf("cgdr tune: kernel target %s, %d threads, FMA peak %.1f GFLOP/s\n", ActiveTarget().c_str(), threads,
+              peak.gflops);
+  std::printf("cost unit: one FMA at peak, per token and value head (model: a*3*Dk*Dv + b*C/2*(3Dk+2Dv) + C^2/6)\n\n");
+  // Shapes that separate the D^2 state term from the D*C in-chunk term; 2 heads
+  // per thread so the work splits evenly without V tiling.
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{64, 64}, {64, 128}, {128, 64}, {128, 128}};
+  const int64_t T = quick ? 512 : 4096;
+  Json measured = Json::array();
+  double state_cost[4], inchunk_cost[4];
+  std::vector<std::vector<TunePoint>> all(4);
+  std::printf("%-10s %4s %4s %10s %10s %10s %7s\n", "algo", "Dk", "Dv", "ms", "units", "model", "err%");
+  for (int i = 0; i < 4; ++i) {
+    int chunk = 1;
+    for (const auto& [dk, dv] : shapes) {
+      TunePoint pt;
+      pt.Dk = dk;
+      pt.Dv = dv;
+      pt.T = T;
+      pt.Nv = 2 * threads;
+      if (s = MeasurePoint(kTuneAlgos[i], threads, &pt, quick ? 0.05 : 0.25, &chunk); !s.ok()) {
+        return cli::ReportError(Status(s.code(), std::string("tune ") + AlgoName(kTuneAlgos[i]) + ": " + s.message()));
+      }
+      pt.units = pt.seconds * fma_per_s / static_cast<double>(pt.T * pt.Nv);
+      all[i].push_back(pt);
+    }
+    FitConstants(all[i], chunk, &state_cost[i], &inchunk_cost[i]);
+    for (const auto& pt : all[i]) {
+      const double model = state_cost[i] * XState(pt) + inchunk_cost[i] * XInchunk(pt, chunk) + Fixed(pt, chunk);
+      std::printf("%-10s %4lld %4lld %10.3f %10.0f %10.0f %6.1f%%\n", AlgoName(kTuneAlgos[i]),
+                  static_cast<long long>(pt.Dk), static_cast<long long>(pt.Dv), pt.seconds * 1e3, pt.units, model,
+                  100.0 * (model - pt.units) / pt.units);
+      measured.push_back({{"algo", AlgoName(kTuneAlgos[i])}, {"Dk", pt.Dk}, {"Dv", pt.Dv}, {"T", pt.T},
+                          {"Nv", pt.Nv}, {"seconds", pt.seconds}, {"units", pt.units}});
+    }
+    std::printf("%-10s fit: state_fma_cost %.3f, inchunk_fma_cost %.3f\n", AlgoName(kTuneAlgos[i]), state_cost[i],
+                inchunk_cost[i]);
+  }
+  inchunk_cost[0] = 0.0;  // the recurrence has no in-chunk products
+
+  // Which formulation the fitted model would pick per shape, against the measurement.
+  int misranked = 0;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    int best_meas = 0, best_model = 0;
+    double best_model_cost = 0;
+    for (int i = 0; i < 4; ++i) {
+      const TunePoint& pt = all[i][k];
+      const int c = static_cast<int>(kTuneAlgos[i]);
+      const double m = state_cost[i] * XState(pt) + inchunk_cost[i] * XInchunk(pt, c) + Fixed(pt, c);
+      if (pt.seconds < all[best_meas][k].seconds) best_meas = i;
+      if (i == 0 || m < best_model_cost) { best_model_cost = m; best_model = i; }
+    }
+    misranked += best_meas != best_model;
+    std::printf("Dk=%lld Dv=%lld: fastest measured %s, model picks %s\n", static_cast<long long>(shapes[k].first),
+                static_cast<long long>(shapes[k].second), AlgoName(kTuneAlgos[best_meas]), AlgoName(kTuneAlgos[best_model]));
+  }
+
+  if (misranked > 0) {
+    std::printf("note: the fitted model picks a slower formulation on %d of %zu shapes: the kernel's cost is not "
+                "linear in these terms there (e.g. a state tile outgrowing L1); see err%% above\n",
+                misranked, shapes.size());
+  }
+
+  const Json profile = {{"cache_budget_bytes", CacheBudgetBytes()},
+                        {"state_fma_cost", {state_cost[0], state_cost[1], state_cost[2], state_cost[3]}},
+                        {"inchunk_fma_cost", {inchunk_cost[0], inchunk_cost[1], inchunk_cost[2], inchunk_cost[3]}},
+                        {"created_by", "cgdr tune"},
+                        {"target", ActiveTarget()},
+                        {"threads", threads},
+                        {"peak_gflops", peak.gflops},
+                        {"measured", measured}};
+  if (s = WriteAtomically(out_path, profile.dump(2) + "\n"); !s.ok()) return cli::ReportError(s);
+  std::printf("\nwrote %s (cache_budget_bytes %lld)\n", out_path.c_str(),
+              static_cast<long long>(profile["cache_budget_bytes"].get<int64_t>()));
+  return 0;
+}
+
+}  // namespace cgdr

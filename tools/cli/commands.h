@@ -1,0 +1,72 @@
+// The subcommands of `cgdr` (SPEC 7) and the pieces they share. Each *Main
+// takes the words after the subcommand and returns the exit status.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cgdr/cgdr.hpp"
+
+namespace cgdr {
+
+// tools/cli/bench.cc: `cgdr bench` (SPEC 8) and `cgdr tune`.
+int BenchMain(int argc, char** argv);
+int TuneMain(int argc, char** argv);
+
+namespace cli {
+
+// Exit statuses: a failed check is not the same as input the tool refused.
+constexpr int kExitOk = 0;
+constexpr int kExitCheckFailed = 1;
+constexpr int kExitError = 2;
+
+// Prints "cgdr: error: MESSAGE" as exactly one line on stderr; returns kExitError.
+int ReportError(const Status& s);
+
+int RunMain(int argc, char** argv);       // main.cc
+int PlanMain(int argc, char** argv);      // main.cc
+int MakeCaseMain(int argc, char** argv);  // main.cc (hidden: test helper)
+int CheckMain(int argc, char** argv);     // main.cc (hidden: test helper)
+int DemoMain(int argc, char** argv);      // demo.cc
+
+// `cgdr run` as a function: load the case, allocate outputs, Run, write the
+// result atomically. Nothing is written unless every step before succeeded.
+struct RunRequest {
+  std::string input, output;
+  int threads = 0;
+  Algo algo = Algo::kAuto;
+  bool check_values = false;
+};
+struct RunReport {
+  double seconds = 0.0;  // the cgdr::Run call alone
+  Problem problem;
+};
+Status RunCaseFile(const RunRequest& req, RunReport* report);
+
+// Accuracy of a result file against the FP64 reference of its case (SPEC 6).
+struct TensorAccuracy {
+  const char* name = "";
+  DType dtype = DType::kF32;
+  double rel_err = 0.0;
+  double rounding_floor = 0.0;  // error of the FP64 answer itself stored in dtype
+  double limit = 0.0;
+  bool ok() const { return rel_err <= limit; }
+};
+struct AccuracyReport {
+  std::vector<TensorAccuracy> tensors;  // out, final_state
+  bool ok() const {
+    for (const auto& t : tensors) {
+      if (!t.ok()) return false;
+    }
+    return true;
+  }
+};
+// `heads`: value heads to recompute (all when empty). `cap`: a further upper
+// bound on every limit (0: SPEC 6 limits alone).
+Status CheckResultFile(const std::string& case_path, const std::string& result_path, const std::vector<int64_t>& heads,
+                       double cap, AccuracyReport* report);
+void PrintAccuracy(const AccuracyReport& r);
+
+}  // namespace cli
+}  // namespace cgdr
