@@ -1,0 +1,123 @@
+// Google Benchmark micro-benchmarks of the kernel phases (issue 5 item 9):
+// the blocked inverse, the K-side preparation, the V-side state products and
+// the recurrent tile step, on hot scratch, for the dispatched SIMD target.
+// Counters: "alg_GFLOPs" counts SPEC 8's algorithmic flops of the tokens a
+// call covers (6 Dk Dv per token), "GFLOPs" the phase's own multiply-adds.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "bench/bench_kernels.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "hwy/aligned_allocator.h"
+#include "hwy/highway.h"
+#include "kernels/chunk-inl.h"
+#include "kernels/kside-inl.h"
+#include "kernels/recurrent-inl.h"
+#include "plan/scratch_layout.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace cgdr {
+namespace HWY_NAMESPACE {
+
+// Fills scratch with small well-scaled values so nothing decays into denormals.
+void FillScratch(float* p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) p[i] = 0.01f * static_cast<float>((i * 7) % 13) - 0.06f;
+}
+
+// Runs `iters` repetitions of one phase; returns a checksum so nothing is elided.
+float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) {
+  const ScratchLayout L(chunk, dk, dv, 1);
+  auto buf = hwy::AllocateAligned<float>(static_cast<size_t>(L.total));
+  std::vector<float> init(static_cast<size_t>(L.total));
+  FillScratch(init.data(), L.total);
+  float* base = buf.get();
+  std::memcpy(base, init.data(), static_cast<size_t>(L.total) * 4);
+  ChunkVectors cv(base + L.vec, L.c_pad);
+  const int64_t n = L.c;
+  float sum = 0.0f;
+  for (int64_t it = 0; it < iters; ++it) {
+    // g = 0 and scale 1 keep the in-place scaled panels (q, k) from decaying
+    // into denormals over repetitions; the exp calls cost the same.
+    for (int64_t i = 0; i < n; ++i) { cv.beta[i] = 0.5f; cv.g[i] = 0.0f; }
+    switch (phase) {
+      case 0: {  // blocked inverse of a unit lower-triangular C x C
+        float* m = base + L.attn;
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < L.c_pad; ++j) m[i * L.c_pad + j] = j < i ? 0.01f : 0.0f;
+        InvertUnitLower(m, L.c_pad, RoundUp(n, 16), base + L.tmp);
+        sum += m[(n - 1) * L.c_pad];
+        break;
+      }
+      case 1:  // K side: cumsum, Kb, K K^T, Q K^T, decay masks, inverse, Kcd
+        PrepareKSide<0>(L, base, n, 1.0f);
+        sum += base[L.kcd];
+        break;
+      case 2:  // V side: Vnew, O, state update
+        ChunkVSide(L, base, L.StateTile(base, 0), n);
+        sum += base[L.o];
+        if (it % 16 == 15) std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats()) * 4);
+        break;
+      default: {  // recurrent: n tokens over one state tile
+        const Panels sp(L.dk_pad, L.w_pad), rp(L.c, L.w_pad);
+        for (int64_t c0 = 0; c0 < L.w_pad; c0 += sp.P) {
+          for (int64_t i = 0; i < n; ++i) {
+            RecurrentTokenPanel(sp.Base(base + L.state, c0), L.dk_pad, sp.Width(c0), base + L.q + i * L.dk_pad,
+                                base + L.k + i * L.dk_pad, rp.Base(base + L.vb, c0) + i * sp.Width(c0), 0.5f, 0.999f,
+                                0.1f, rp.Base(base + L.o, c0) + i * sp.Width(c0));
+          }
+        }
+        sum += base[L.o];
+        if (it % 16 == 15) std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats()) * 4);
+        break;
+      }
+    }
+  }
+  return sum;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cgdr
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace cgdr {
+HWY_EXPORT(RunPhase);
+
+// Multiply-adds of one call, for the GFLOPs counter.
+double PhaseFlops(int phase, int64_t chunk, int64_t dk, int64_t dv) {
+  const double c = static_cast<double>(RowsPerStep(chunk));
+  switch (phase) {
+    case 0: return 2.0 * c * c * c / 6.0;
+    case 1: return 2.0 * (c * c * dk + c * c / 2.0 * dk);
+    case 2: return 2.0 * (3.0 * c * dk * dv + c * c * dv);
+    default: return 2.0 * 3.0 * c * dk * dv;
+  }
+}
+
+void BM_Phase(benchmark::State& state, int phase) {
+  const int64_t c = state.range(0), dk = state.range(1), dv = state.range(2);
+  float sink = 0.0f;
+  constexpr int64_t kCallsPerIteration = 64;  // amortises the scratch set-up of RunPhase
+  for (auto _ : state) sink += HWY_DYNAMIC_DISPATCH(RunPhase)(phase, c, dk, dv, kCallsPerIteration);
+  benchmark::DoNotOptimize(sink);
+  const double calls = static_cast<double>(state.iterations()) * kCallsPerIteration;
+  state.counters["GFLOPs"] = benchmark::Counter(PhaseFlops(phase, c, dk, dv) * calls / 1e9, benchmark::Counter::kIsRate);
+  if (phase >= 2) {
+    state.counters["alg_GFLOPs"] =
+        benchmark::Counter(6.0 * RowsPerStep(c) * dk * dv * calls / 1e9, benchmark::Counter::kIsRate);
+  }
+}
+
+BENCHMARK_CAPTURE(BM_Phase, inverse, 0)->Args({16, 128, 128})->Args({32, 128, 128})->Args({64, 128, 128});
+BENCHMARK_CAPTURE(BM_Phase, kside, 1)->Args({16, 128, 128})->Args({32, 128, 128})->Args({64, 128, 128})->Args({64, 208, 208});
+BENCHMARK_CAPTURE(BM_Phase, state_products, 2)->Args({16, 128, 128})->Args({32, 128, 128})->Args({64, 128, 128})->Args({16, 208, 208});
+BENCHMARK_CAPTURE(BM_Phase, recurrent_tile, 3)->Args({1, 128, 128})->Args({1, 128, 64})->Args({1, 64, 64});
+
+}  // namespace cgdr
+BENCHMARK_MAIN();
+#endif  // HWY_ONCE
