@@ -17,10 +17,30 @@ struct MachineProfile {
   int64_t group_state_bytes = 1 << 20;   // FP32 state tiles a thread keeps live while it interleaves items
   // Relative cost of one multiply-add, per formulation, measured by `cgdr tune`
   // (index: recurrent, chunk16, chunk32, chunk64). Lower is faster.
-  double state_fma_cost[4] = {2.2, 1.15, 1.0, 1.0};
-  double inchunk_fma_cost[4] = {0.0, 1.6, 1.3, 1.2};
+  double state_fma_cost[4] = {2.2, 1.0, 1.0, 1.0};
+  double inchunk_fma_cost[4] = {0.0, 1.0, 1.0, 1.0};
+  // The state products stream a panel of S (dk x 64 FP32) against the chunk's
+  // Kcd/Q rows (C x dk); when both do not fit L1 together every product
+  // re-reads them from L2 (measured here: C = 64 at Dk = 128 runs ~1.6x slower
+  // per state FMA than C = 16).
+  int64_t l1_bytes = 48 << 10;
+  double l1_miss_factor = 1.6;
+  // Per-chunk cost that does not shrink with the chunk's length (K-side set-up,
+  // transposes, decay masks, calls), in FMA units: makes C = 1 win for very
+  // short sequences.
+  double chunk_fixed_cost = 1e5;
   std::string source = "built-in defaults";
 };
+
+// The cost model of one sequence of `len` tokens and one value head, in FMA
+// units: cost = state * state_fma_cost[i] + inchunk * inchunk_fma_cost[i] + fixed.
+// The planner and `cgdr tune` (which fits the two constants) share it.
+struct CostTerms {
+  double state = 0.0, inchunk = 0.0, fixed = 0.0;
+};
+CostTerms ModelTerms(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv);
+double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv);
+int ProfileIndex(int chunk);  // 0: recurrent, 1: C = 16, 2: C = 32, 3: C = 64 (and 128)
 
 // One unit of work: value head `head` of sequence `seq`, V columns
 // [v_begin, v_begin + v_width). Items never share an output element.

@@ -20,6 +20,8 @@ int DkBucket(int64_t dk) {
   return 0;  // generic
 }
 
+}  // namespace
+
 int ProfileIndex(int chunk) {
   switch (chunk) {
     case 1: return 0;
@@ -29,19 +31,31 @@ int ProfileIndex(int chunk) {
   }
 }
 
-// Modelled cost (in relative multiply-add units) of one sequence of `len`
-// tokens for one value head, for chunk size C (SPEC 5, issue 5 "physics").
-double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk, int64_t dv) {
-  const int i = ProfileIndex(chunk);
-  const double state = 3.0 * static_cast<double>(dk * dv) * prof.state_fma_cost[i];
-  if (chunk == 1) return static_cast<double>(len) * state;
-  // In-chunk products per token: ~ C/2 for each of Q K^T, Kb K^T, A Kb (on dk) and
-  // A Vb, P Vnew (on dv); a short tail chunk still pays for its own size only.
-  const double per_token_inchunk = 0.5 * chunk * (3.0 * static_cast<double>(dk) + 2.0 * static_cast<double>(dv));
-  const double fixed_per_chunk = static_cast<double>(chunk) * chunk * chunk / 6.0;  // the inverse
-  const double chunks = std::ceil(static_cast<double>(len) / chunk);
-  return static_cast<double>(len) * (state + per_token_inchunk * prof.inchunk_fma_cost[i]) + chunks * fixed_per_chunk;
+// SPEC 5 and issue 5's physics: every formulation does 3 Dk Dv state FMAs per
+// token; chunking adds ~C/2 (3 Dk + 2 Dv) in-chunk FMAs per token (Q K^T,
+// Kb K^T, A Kb on Dk; A Vb, P Vnew on Dv) plus a per-chunk set-up and the
+// C^3/6 inverse, and runs the state products as blocked matrix products.
+CostTerms ModelTerms(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv) {
+  CostTerms t;
+  const double n = static_cast<double>(len), dk = static_cast<double>(dk_pad), v = static_cast<double>(dv);
+  t.state = n * 3.0 * dk * v;
+  if (chunk == 1) return t;
+  constexpr double kPanelCols = 64;  // widest register block (AVX-512)
+  const bool fits_l1 = (chunk * dk + dk * kPanelCols) * 4.0 <= static_cast<double>(prof.l1_bytes);
+  if (!fits_l1) t.state *= prof.l1_miss_factor;
+  t.inchunk = n * 0.5 * chunk * (3.0 * dk + 2.0 * v);
+  const double chunks = std::ceil(n / chunk);
+  t.fixed = chunks * (prof.chunk_fixed_cost + static_cast<double>(chunk) * chunk * chunk / 6.0);
+  return t;
 }
+
+double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv) {
+  const int i = ProfileIndex(chunk);
+  const CostTerms t = ModelTerms(prof, chunk, len, dk_pad, dv);
+  return t.state * prof.state_fma_cost[i] + t.inchunk * prof.inchunk_fma_cost[i] + t.fixed;
+}
+
+namespace {
 
 int64_t WorkingSetBytes(int chunk, int64_t dk_pad, int64_t w) { return ScratchLayout(chunk, dk_pad, w).bytes(); }
 

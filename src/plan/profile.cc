@@ -28,6 +28,10 @@ MachineProfile LoadProfile() {
     MachineProfile read = prof;
     read.cache_budget_bytes = j.value("cache_budget_bytes", prof.cache_budget_bytes);
     read.group_state_bytes = j.value("group_state_bytes", prof.group_state_bytes);
+    read.l1_bytes = j.value("l1_bytes", prof.l1_bytes);
+    read.l1_miss_factor = j.value("l1_miss_factor", prof.l1_miss_factor);
+    read.chunk_fixed_cost = j.value("chunk_fixed_cost", prof.chunk_fixed_cost);
+    if (read.l1_bytes < 1024 || !(read.l1_miss_factor >= 1.0) || !(read.chunk_fixed_cost >= 0.0)) return prof;
     const auto& sc = j.at("state_fma_cost");
     const auto& ic = j.at("inchunk_fma_cost");
     for (int i = 0; i < 4; ++i) {

@@ -233,6 +233,18 @@ Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Proble
   }
   if (total != T) return Status::Invalid(Cat("seq_lens: expected the lengths to sum to T = ", T, ", got ", total));
 
+  // Enum values from outside the C++ type system (casts, C callers, bindings).
+  if (opt.state_layout != StateLayout::kVK && opt.state_layout != StateLayout::kKV) {
+    return Status::Invalid(Cat("options.state_layout: expected vk or kv, got value ", static_cast<int>(opt.state_layout)));
+  }
+  switch (opt.algo) {
+    case Algo::kAuto: case Algo::kRecurrent: case Algo::kChunk16: case Algo::kChunk32: case Algo::kChunk64:
+    case Algo::kChunk128:
+      break;
+    default:
+      return Status::Invalid(Cat("options.algo: expected auto, recurrent, chunk16, chunk32, chunk64 or chunk128, got value ",
+                                 static_cast<int>(opt.algo)));
+  }
   if (!(opt.threads >= 0 && opt.threads <= 4096)) {
     return Status::Invalid(Cat("options.threads: expected 0 (all) .. 4096, got ", opt.threads));
   }

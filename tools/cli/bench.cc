@@ -434,6 +434,30 @@ Status BenchRow(const RowSpec& spec, Case& data, Algo algo, const BenchConfig& c
   return Status::Ok();
 }
 
+// check_values (SPEC 3) scans every input before the run and every output
+// after it: its cost on the flagship, timed next to the same run without it
+// (off runs no extra code at all).
+Status CheckValuesOverhead(Case& data, const RowSpec& spec, const BenchConfig& cfg, RowResult* r) {
+  Inputs in;
+  Outputs out;
+  RowViews(data, spec.lens, &in, &out);
+  Options opt = data.options();
+  opt.algo = r->requested;
+  opt.threads = r->threads;
+  Timing off, on;
+  Status s = TimeRuns(in, out, opt, cfg.reps, cfg.quick ? 0.15 : 0.5, &off);
+  opt.check_values = true;
+  if (s.ok()) s = TimeRuns(in, out, opt, cfg.reps, cfg.quick ? 0.15 : 0.5, &on);
+  if (!s.ok()) return s;
+  const double pct = 100.0 * (on.median_s - off.median_s) / off.median_s;
+  std::printf("  -> check_values: off %.3f ms, on %.3f ms: %+.1f%% (input scan + output finiteness scan)\n",
+              off.median_s * 1e3, on.median_s * 1e3, pct);
+  r->extra["check_values_off_seconds"] = off.median_s;
+  r->extra["check_values_on_seconds"] = on.median_s;
+  r->extra["check_values_overhead_pct"] = pct;
+  return Status::Ok();
+}
+
 // --algo all: which formulation was fastest, and what auto's choice cost.
 void CompareAlgos(std::vector<RowResult>& variants) {
   const RowResult* best = &variants[0];
@@ -569,10 +593,9 @@ int BenchMain(int argc, char** argv) {
       if (!s.ok()) break;
       RowResult r;
       s = BenchRow(spec, data, a, cfg, peaks, *head, &r);
-      if (s.ok()) {
-        PrintRow(r);
-        variants.push_back(std::move(r));
-      }
+      if (s.ok()) PrintRow(r);
+      if (s.ok() && spec.group == "flagship" && a == algos[0]) s = CheckValuesOverhead(data, spec, cfg, &r);
+      if (s.ok()) variants.push_back(std::move(r));
     }
     if (!s.ok()) return cli::ReportError(Status(s.code(), "bench row " + spec.name + ": " + s.message()));
     if (cfg.all_algos && variants.size() > 1) CompareAlgos(variants);
@@ -622,15 +645,16 @@ struct TunePoint {
   double units = 0;  // cost per (token, value head) in FMAs at the measured peak
 };
 
-// The planner's per-token model (src/plan/plan.cc ModelCost) with the
-// constants as unknowns: units = a*x_state + b*x_inchunk + fixed.
-double XState(const TunePoint& p) { return 3.0 * static_cast<double>(p.dk_pad * p.Dv); }
-double XInchunk(const TunePoint& p, int c) { return c == 1 ? 0.0 : 0.5 * c * (3.0 * static_cast<double>(p.dk_pad) + 2.0 * static_cast<double>(p.Dv)); }
-double Fixed(const TunePoint& p, int c) {
-  if (c == 1) return 0.0;
-  const double chunks = std::ceil(static_cast<double>(p.T) / c);
-  return chunks * c * c * c / 6.0 / static_cast<double>(p.T);
+// The planner's model (cgdr::ModelTerms) per token, with the two constants
+// as unknowns: units = a*x_state + b*x_inchunk + fixed.
+CostTerms PerToken(const TunePoint& p, int c) {
+  CostTerms t = ModelTerms(DefaultProfile(), c, p.T, p.dk_pad, p.Dv);
+  const double n = static_cast<double>(p.T);
+  return {t.state / n, t.inchunk / n, t.fixed / n};
 }
+double XState(const TunePoint& p, int c) { return PerToken(p, c).state; }
+double XInchunk(const TunePoint& p, int c) { return PerToken(p, c).inchunk; }
+double Fixed(const TunePoint& p, int c) { return PerToken(p, c).fixed; }
 
 // Least squares on relative residuals weighted by each shape's work (Dk*Dv):
 // big heads dominate run time, so their misfit costs most. a > 0 and b >= 0
@@ -639,7 +663,7 @@ void FitConstants(const std::vector<TunePoint>& pts, int c, double* a, double* b
   double s11 = 0, s12 = 0, s22 = 0, r1 = 0, r2 = 0;
   for (const auto& p : pts) {
     const double w = static_cast<double>(p.Dk * p.Dv) / (p.units * p.units);
-    const double x1 = XState(p), x2 = XInchunk(p, c), y = p.units - Fixed(p, c);
+    const double x1 = XState(p, c), x2 = XInchunk(p, c), y = p.units - Fixed(p, c);
     s11 += w * x1 * x1;
     s12 += w * x1 * x2;
     s22 += w * x2 * x2;
@@ -744,7 +768,7 @@ int TuneMain(int argc, char** argv) {
   const double fma_per_s = peak.gflops * 1e9 / 2.0;
   std::printf("cgdr tune: kernel target %s, %d threads, FMA peak %.1f GFLOP/s\n", ActiveTarget().c_str(), threads,
               peak.gflops);
-  std::printf("cost unit: one FMA at peak, per token and value head (model: a*3*Dk*Dv + b*C/2*(3Dk+2Dv) + C^2/6)\n\n");
+  std::printf("cost unit: one FMA at peak, per token and value head (model: cgdr::ModelTerms, a*state + b*inchunk + fixed)\n\n");
   // Shapes that separate the D^2 state term from the D*C in-chunk term; 2 heads
   // per thread so the work splits evenly without V tiling.
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{64, 64}, {64, 128}, {128, 64}, {128, 128}};
@@ -769,7 +793,7 @@ int TuneMain(int argc, char** argv) {
     }
     FitConstants(all[i], chunk, &state_cost[i], &inchunk_cost[i]);
     for (const auto& pt : all[i]) {
-      const double model = state_cost[i] * XState(pt) + inchunk_cost[i] * XInchunk(pt, chunk) + Fixed(pt, chunk);
+      const double model = state_cost[i] * XState(pt, chunk) + inchunk_cost[i] * XInchunk(pt, chunk) + Fixed(pt, chunk);
       std::printf("%-10s %4lld %4lld %10.3f %10.0f %10.0f %6.1f%%\n", AlgoName(kTuneAlgos[i]),
                   static_cast<long long>(pt.Dk), static_cast<long long>(pt.Dv), pt.seconds * 1e3, pt.units, model,
                   100.0 * (model - pt.units) / pt.units);
@@ -789,7 +813,7 @@ int TuneMain(int argc, char** argv) {
     for (int i = 0; i < 4; ++i) {
       const TunePoint& pt = all[i][k];
       const int c = static_cast<int>(kTuneAlgos[i]);
-      const double m = state_cost[i] * XState(pt) + inchunk_cost[i] * XInchunk(pt, c) + Fixed(pt, c);
+      const double m = state_cost[i] * XState(pt, c) + inchunk_cost[i] * XInchunk(pt, c) + Fixed(pt, c);
       if (pt.seconds < all[best_meas][k].seconds) best_meas = i;
       if (i == 0 || m < best_model_cost) { best_model_cost = m; best_model = i; }
     }
