@@ -96,8 +96,8 @@ HWY_INLINE void TransposeRows(const float* HWY_RESTRICT k, int64_t dk, int64_t n
   }
 }
 
-// Epilogue of Kb K^T and Q K^T (SPEC 4 steps 3 and 5), a vector of columns at
-// a time: L_ij = [j < i] (Kb K^T)_ij e^(G_i - G_j),
+// Epilogue of K K^T and Q K^T (SPEC 4 steps 3 and 5), a vector of columns at
+// a time: L_ij = [j < i] beta_i (K K^T)_ij e^(G_i - G_j),
 // P_ij = [j <= i] (Q K^T)_ij e^(G_i - G_j) scale. Entries right of the
 // diagonal are selected to zero, never multiplied (they may be unwritten).
 // The exponents G_i - G_j are summed directly, D_ij = D_(i-1)j + g_i, not
@@ -113,6 +113,7 @@ HWY_INLINE void ApplyDecayMasks(const ChunkVectors& cv, int64_t n, int64_t cp, f
   for (int64_t j = 0; j < cp; ++j) cv.D[j] = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
     const auto gi = hn::Set(d, cv.g[i]);
+    const auto bi = hn::Set(d, cv.beta[i]);
     for (int64_t c = 0; c < cp; c += N) {
       float* a = attn + i * cp + c;
       float* p = qk + i * cp + c;
@@ -127,7 +128,7 @@ HWY_INLINE void ApplyDecayMasks(const ChunkVectors& cv, int64_t n, int64_t cp, f
       const auto dij = hn::IfThenElseZero(strict, i > 0 ? hn::Add(hn::Load(d, cv.D + c), gi) : hn::Zero(d));
       hn::Store(dij, d, cv.D + c);
       const auto decay = hn::Exp(d, dij);  // exp of a difference, never exp(G_i) * exp(-G_j)
-      hn::Store(hn::IfThenElseZero(strict, hn::Mul(hn::Load(d, a), decay)), d, a);
+      hn::Store(hn::IfThenElseZero(strict, hn::Mul(hn::Mul(hn::Load(d, a), decay), bi)), d, a);
       hn::Store(hn::IfThenElseZero(incl, hn::Mul(hn::Mul(hn::Load(d, p), decay), vscale)), d, p);
     }
   }
@@ -164,11 +165,13 @@ HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, i
     run += cv.g[i];
     cv.G[i] = run;
   }
-  for (int64_t i = 0; i < n; ++i) cv.eG[i] = std::exp(cv.G[i]);
+  for (int64_t i = n; i < cp; ++i) cv.G[i] = 0.0f;  // finite padding for the vector exp
+  for (int64_t c = 0; c < cp; c += N) hn::Store(hn::Exp(d, hn::Load(d, cv.G + c)), d, cv.eG + c);
 
-  // Step 2: Kb = diag(beta) K; K^T with zero columns past n.
+  // Step 2, folded: Kb K^T = diag(beta) (K K^T), so beta scales rows of L in
+  // the epilogue, and the panel kb holds diag(beta e^G) K for step 4 in one pass.
   for (int64_t i = 0; i < n; ++i) {
-    const auto b = hn::Set(d, cv.beta[i]);
+    const auto b = hn::Set(d, cv.beta[i] * cv.eG[i]);
     for (int64_t c = 0; c < dk; c += N) hn::Store(hn::Mul(b, hn::Load(d, k + i * dk + c)), d, kb + i * dk + c);
   }
   TransposeRows(k, dk, n, cp, kt);
@@ -176,7 +179,7 @@ HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, i
   // Step 3: L = strictly_lower((Kb K^T) * e^(G_i - G_j)); P likewise from Q (step 5).
   GemmJob kk;
   kk.rows = n; kk.cols = cp; kk.c = attn; kk.ldc = cp; kk.lower_result = true;
-  kk.seg[0] = Segment{kb, dk, kt, cp, dk, false, false};
+  kk.seg[0] = Segment{k, dk, kt, cp, dk, false, false};
   Gemm(kk);
   GemmJob qkj = kk;
   qkj.c = qk;
@@ -189,10 +192,6 @@ HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, i
   InvertUnitLower(attn, cp, nb, base + L.tmp);
 
   // Step 4: Kcd = A diag(e^G) Kb.
-  for (int64_t i = 0; i < n; ++i) {
-    const auto e = hn::Set(d, cv.eG[i]);
-    for (int64_t c = 0; c < dk; c += N) hn::Store(hn::Mul(e, hn::Load(d, kb + i * dk + c)), d, kb + i * dk + c);
-  }
   GemmJob kcd;
   kcd.rows = n; kcd.cols = dk; kcd.c = base + L.kcd; kcd.ldc = dk;
   kcd.seg[0] = Segment{attn, cp, kb, dk, n, true, false};

@@ -24,7 +24,7 @@ struct ScratchLayout {
   int64_t state = 0;    // [states][dk_pad][w_pad]  S tiles, FP32 between chunks
   int64_t q = 0;        // [c][dk_pad]       Q rows (normalised), then scale*e^G*Q
   int64_t k = 0;        // [c][dk_pad]       K rows (normalised)
-  int64_t kb = 0;       // [c][dk_pad]       beta*K, then e^G*beta*K
+  int64_t kb = 0;       // [c][dk_pad]       diag(beta e^G) K
   int64_t kcd = 0;      // [c][dk_pad]       A e^G Kb
   int64_t kt = 0;       // [dk_pad][c_pad]   K^T, then (e^(G_last-G) K)^T
   int64_t attn = 0;     // [c][c_pad]        L, then A = (I+L)^-1
