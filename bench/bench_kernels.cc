@@ -63,7 +63,7 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
         if (it % 16 == 15) std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats()) * 4);
         break;
       default: {  // recurrent: n tokens over one state tile
-        const Panels sp(L.dk_pad, L.w_pad), rp(L.c, L.w_pad);
+        const Panels sp(L.dk_pad, L), rp(L.c, L);
         for (int64_t c0 = 0; c0 < L.w_pad; c0 += sp.P) {
           for (int64_t i = 0; i < n; ++i) {
             RecurrentTokenPanel(sp.Base(base + L.state, c0), L.dk_pad, sp.Width(c0), base + L.q + i * L.dk_pad,

@@ -28,7 +28,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // for dk = 128 on AVX-512) stays in L1 across its three products.
 HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT state, int64_t n) {
   const int64_t dk = L.dk_pad, cp = L.c_pad;
-  const Panels sp(dk, L.w_pad), rp(L.c, L.w_pad);  // state panels; chunk-row panels
+  const Panels sp(dk, L), rp(L.c, L);  // state panels; chunk-row panels
   const ChunkVectors cv(base + L.vec, cp);
   const float decay_last = n > 0 ? cv.eG[n - 1] : 1.0f;
   for (int64_t c0 = 0; c0 < L.w_pad; c0 += sp.P) {

@@ -52,7 +52,7 @@ struct ItemView {
 HWY_INLINE void LoadStateTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT S) {
   const Problem& p = *iv.p;
   const WorkItem& it = *iv.it;
-  const Panels sp(L.dk_pad, L.w_pad);
+  const Panels sp(L.dk_pad, L);
   for (int64_t i = 0; i < L.dk_pad * L.w_pad; ++i) S[i] = 0.0f;
   const TensorView& init = iv.in->initial_state;
   if (!init.present()) return;
@@ -78,7 +78,7 @@ HWY_INLINE void StoreStateTile(const ItemView& iv, const ScratchLayout& L, float
   const WorkItem& it = *iv.it;
   const TensorView& fin = iv.out->final_state;
   if (!fin.present()) return;
-  const Panels sp(L.dk_pad, L.w_pad);
+  const Panels sp(L.dk_pad, L);
   if (p.options.state_layout == StateLayout::kKV) {
     for (int64_t c0 = 0; c0 < it.v_width; c0 += sp.P) {
       const int64_t pw = sp.Width(c0), cols = std::min(pw, it.v_width - c0);
@@ -112,7 +112,7 @@ HWY_INLINE void LoadChunk(const ItemView& iv, const ScratchLayout& L, float* HWY
       L2NormalizeRow(q, p.Dk);
       L2NormalizeRow(k, p.Dk);
     }
-    const Panels rp(L.c, L.w_pad);
+    const Panels rp(L.c, L);
     for (int64_t c0 = 0; c0 < L.w_pad; c0 += rp.P) {
       const int64_t pw = rp.Width(c0), cols = std::clamp<int64_t>(iv.it->v_width - c0, 0, pw);
       LoadRow(At(in.value, (row * p.Nv + h) * p.Dv + iv.it->v_begin + c0), in.value.dtype, cols,
@@ -160,7 +160,7 @@ HWY_INLINE void PrefetchGroupChunk(const ItemView* views, int64_t count, int64_t
 
 HWY_INLINE void StoreOutputRows(const ItemView& iv, const ScratchLayout& L, const float* HWY_RESTRICT o, int64_t t, int64_t n) {
   const Problem& p = *iv.p;
-  const Panels rp(L.c, L.w_pad);
+  const Panels rp(L.c, L);
   for (int64_t c0 = 0; c0 < iv.it->v_width; c0 += rp.P) {
     const int64_t pw = rp.Width(c0), cols = std::min(pw, iv.it->v_width - c0);
     for (int64_t i = 0; i < n; ++i) {
@@ -179,7 +179,7 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
   ChunkVectors cv(base + L.vec, L.c_pad);
   LoadChunk(iv, L, base, t, n);
   for (int64_t i = 0; i < n; ++i) cv.eG[i] = std::exp(cv.g[i]);
-  const Panels sp(L.dk_pad, L.w_pad), rp(L.c, L.w_pad);
+  const Panels sp(L.dk_pad, L), rp(L.c, L);
   for (int64_t c0 = 0; c0 < L.w_pad; c0 += sp.P) {
     const int64_t pw = sp.Width(c0);
     float* s = sp.Base(S, c0);
@@ -202,7 +202,7 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
   ChunkVectors cv(base + L.vec, L.c_pad);
   LoadChunk(iv, L, base, t, n);
   PrepareKSide<kDkPad>(L, base, n, scale);
-  const Panels rp(L.c, L.w_pad);
+  const Panels rp(L.c, L);
   for (int64_t c0 = 0; c0 < L.w_pad; c0 += rp.P) {  // Vb = diag(beta) V
     const int64_t pw = rp.Width(c0);
     for (int64_t i = 0; i < n; ++i) {
