@@ -79,6 +79,7 @@ section_usage() {
   expect_error "missing --output" "needs --output" "$CGDR" run --input "$W/x"
   expect_error "bad --threads" "--threads: expected an integer" "$CGDR" run --input a --output b --threads -1
   expect_error "bad --algo" "--algo: expected" "$CGDR" run --input a --output b --algo fast
+  expect_error "bad --precision" "--precision: expected" "$CGDR" run --input a --output b --precision fp16
   expect_error "repeated flag" "given twice" "$CGDR" run --input a --input b --output c
   expect_error "switch with value" "takes no value" "$CGDR" run --check-values=1 --input a --output b
 }
@@ -90,6 +91,12 @@ section_run_and_check() {
     expect_ok "run --algo $algo" "$CGDR" run --input "$W/varlen.case" --output "$W/varlen.$algo" --algo "$algo" --threads 2
     expect_ok "check --algo $algo" "$CGDR" check --input "$W/varlen.case" --result "$W/varlen.$algo"
   done
+  # Precision modes run (the bf16 one is checked by tests/precision_test.cc with its own tolerance).
+  for prec in fp32 bf16x3 bf16x4; do
+    expect_ok "run --precision $prec" "$CGDR" run --input "$W/varlen.case" --output "$W/varlen.$prec" --precision "$prec" --algo chunk16
+    expect_ok "check --precision $prec" "$CGDR" check --input "$W/varlen.case" --result "$W/varlen.$prec"
+  done
+  expect_ok "run --precision bf16" "$CGDR" run --input "$W/varlen.case" --output "$W/varlen.bf16" --precision bf16
   expect_ok "run --threads 1" "$CGDR" run --input "$W/varlen.case" --output "$W/t1" --threads 1
   expect_ok "run --threads 3" "$CGDR" run --input "$W/varlen.case" --output "$W/t3" --threads 3
   cmp -s "$W/t1" "$W/t3" || fail "results differ between --threads 1 and --threads 3"

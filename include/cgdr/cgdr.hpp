@@ -42,6 +42,15 @@ enum class Algo : uint8_t { kAuto = 0, kRecurrent = 1, kChunk16 = 16, kChunk32 =
 const char* AlgoName(Algo a);  // "auto", "recurrent", "chunk16", ...
 bool ParseAlgo(const std::string& s, Algo* out);
 
+// Arithmetic of the products (issue: precision modes; SPEC 9, the seeds'
+// compensated FP16 hi/lo products). kFp32: FP32 FMA (default). kBf16: operands
+// rounded to bf16 (nearest even), FP32 accumulation. kBf16x3 / kBf16x4: every
+// operand split x = hi + lo (both bf16), hi*hi + hi*lo + lo*hi (+ lo*lo)
+// accumulated in FP32. The state stays FP32 between chunks in every mode.
+enum class Precision : uint8_t { kFp32 = 0, kBf16 = 1, kBf16x3 = 2, kBf16x4 = 3 };
+const char* PrecisionName(Precision p);  // "fp32", "bf16", "bf16x3", "bf16x4"
+bool ParsePrecision(const std::string& s, Precision* out);
+
 struct Options {
   double scale = 0.0;            // 0 or NaN means 1/sqrt(Dk)
   bool use_qk_l2norm = false;    // divide q, k rows by sqrt(sum x^2 + 1e-6)
@@ -51,6 +60,7 @@ struct Options {
   bool check_values = false;     // NaN/Inf in inputs, g > 0 (SPEC 3)
   int v_step = 0;                // 0: planner decides; else force V tile width
   int dk_bucket = 0;             // 0: planner decides; 64/80/96/128 force that bucket (>= Dk); -1 the generic path
+  Precision precision = Precision::kFp32;  // products of the chunked formulations (C >= 16)
 };
 
 // The inputs of SPEC 2. Shapes: query/key [T,Nk,Dk], value [T,Nv,Dv],

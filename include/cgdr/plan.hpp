@@ -63,6 +63,7 @@ struct Plan {
   int64_t v_step = 0;        // V tile width
   int64_t v_tiles = 0;       // ceil(Dv / v_step)
   int threads = 1;
+  Precision precision = Precision::kFp32;  // arithmetic of the chunked products (Options.precision)
   int64_t group_items = 1;   // items of one sequence a thread advances chunk by chunk together
   std::vector<WorkItem> items;                 // every (seq, head, V tile) with tokens > 0 or state to copy
   std::vector<std::vector<int64_t>> per_thread;  // indices into items, in execution order

@@ -58,13 +58,22 @@ def _algo(algo):
     return algo
 
 
+_PRECISIONS = ("fp32", "bf16", "bf16x3", "bf16x4")
+
+
+def _precision(precision):
+    if precision not in _PRECISIONS:
+        raise ValueError(f"precision: expected one of {', '.join(_PRECISIONS)}, got {precision!r}")
+    return precision
+
+
 def _prefill(q, k, v, beta, g, initial_state, seq_lens, out, final_state, scale, l2norm, layout, threads,
-             algo, check_values):
+             algo, check_values, precision="fp32"):
     """The one call into the native prefill; every tensor is already prepared."""
     _cgdr.prefill(_t.native("query", q), _t.native("key", k), _t.native("value", v), _t.native("beta", beta),
                   _t.native("g", g), _t.native("initial_state", initial_state), seq_lens, _t.native("out", out),
                   _t.native("final_state", final_state), scale, bool(l2norm), layout, threads, algo,
-                  bool(check_values))
+                  bool(check_values), _precision(precision))
 
 
 def _final_state_buffers(kind, initial_state, shape, want_final, dtype):
@@ -96,7 +105,7 @@ def _cu_seqlens_to_lens(cu_seqlens, T):
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
                            cu_seqlens=None, use_qk_l2norm_in_kernel=False, state_layout="kv", threads=None,
-                           algo="auto", check_values=False):
+                           algo="auto", check_values=False, precision="fp32"):
     """flash-linear-attention's chunk_gated_delta_rule on the CPU.
 
     q, k: [B, T, H, K]; v: [B, T, HV, V] (HV a multiple of H, grouped heads);
@@ -109,6 +118,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     Returns (o, final_state): o [B, T, HV, V] in q's dtype; final_state (only
     if output_final_state) in initial_state's dtype, float32 when there is no
     initial state (as fla), in the same layout as initial_state.
+
+    precision: "fp32" (default), "bf16" (products on bf16-rounded operands,
+    FP32 accumulation), "bf16x3"/"bf16x4" (compensated hi/lo bf16 products).
     """
     kind = _t.common_kind(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state)
     _t.check_rank("q", q, 4, "[B, T, H, K]")
@@ -150,13 +162,14 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         return None if x is None else x.reshape((B * T,) + tuple(x.shape[2:]))
 
     _prefill(packed(qc), packed(kc), packed(vc), packed(bc), packed(gc), init_arg, seq_lens, packed(o), final,
-             _scale(scale), use_qk_l2norm_in_kernel, layout, _threads(threads), _algo(algo), check_values)
+             _scale(scale), use_qk_l2norm_in_kernel, layout, _threads(threads), _algo(algo), check_values,
+             _precision(precision))
     return o, final
 
 
 def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens, g=None, scale=None,
                                use_qk_l2norm_in_kernel=False, state_layout="vk", threads=None,
-                               output_final_state=True, algo="auto", check_values=False):
+                               output_final_state=True, algo="auto", check_values=False, precision="fp32"):
     """The operator in its packed form (the seeds' signature, SPEC 2).
 
     query, key: [T, Nk, Dk]; value: [T, Nv, Dv]; beta: [T, Nv]; g: [T, Nv] or
@@ -165,6 +178,7 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
 
     Returns (out, final_state): out [T, Nv, Dv] in query's dtype; final_state in
     initial_state's dtype (query's when None), or None if not output_final_state.
+    precision: "fp32" (default), "bf16", "bf16x3" or "bf16x4" (see chunk_gated_delta_rule).
     """
     kind = _t.common_kind(query=query, key=key, value=value, beta=beta, g=g, initial_state=initial_state)
     _t.check_rank("query", query, 3, "[T, Nk, Dk]")
@@ -183,7 +197,7 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
     gc = _t.contiguous_input("g", g) if g is not None else None
     out = _t.empty(kind, (T, Nv, Dv), qd)
     _prefill(*ins, gc, init, lens, out, final, _scale(scale), use_qk_l2norm_in_kernel, layout,
-             _threads(threads), _algo(algo), check_values)
+             _threads(threads), _algo(algo), check_values, _precision(precision))
     return out, final
 
 

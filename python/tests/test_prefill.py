@@ -161,3 +161,24 @@ def test_zero_copy_inputs_are_not_modified_and_gil_released():
     inside = [t for t in ticks if t0 + 0.002 < t < t1 - 0.002]
     if t1 - t0 > 0.03:  # long enough to tell: a held GIL would allow no tick inside
         assert len(inside) >= 3, f"{len(inside)} ticks during a {t1 - t0:.3f} s call"
+
+
+@pytest.mark.parametrize("precision,tol", [("fp32", 2e-5), ("bf16", 1.5e-2), ("bf16x3", 4e-5), ("bf16x4", 4e-5)])
+def test_precision_modes(precision, tol):
+    """precision= on both prefill entry points: each mode within its tolerance
+    of the FP64 reference (tests/precision_test.cc states the same ones)."""
+    rng = np.random.default_rng(21)
+    lens = [65, 1, 33]
+    T, H, HV = sum(lens), 2, 4
+    x = packed_inputs(rng, T, H, HV, DK, DV, len(lens))
+    q, k, v, beta, g = (make("numpy", "f32", x[n]) for n in ("q", "k", "v", "beta", "g"))
+    init = make("numpy", "f32", x["state"].transpose(0, 1, 3, 2))  # vk
+    out, fs = cgdr.chunk_gated_delta_rule_tnd(q, k, v, beta, init, lens, g=g, algo="chunk16", precision=precision)
+    ref_o, ref_s = gdr_fp64(f64(q), f64(k), f64(v), f64(beta), f64(g), init, lens, layout="vk")
+    assert rel_err(f64(out), ref_o) <= tol
+    assert rel_err(fs, ref_s) <= tol
+    o2, _ = cgdr.chunk_gated_delta_rule(q[None], k[None], v[None], g[None], beta[None], cu_seqlens=np.cumsum([0] + lens),
+                                        precision=precision, algo="chunk16")
+    assert o2.shape == (1, T, HV, DV)
+    with pytest.raises(ValueError, match="precision"):
+        cgdr.chunk_gated_delta_rule_tnd(q, k, v, beta, init, lens, g=g, precision="fp16")

@@ -50,6 +50,23 @@ bool ParseAlgo(const std::string& s, Algo* out) {
   return false;
 }
 
+const char* PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kBf16x3: return "bf16x3";
+    case Precision::kBf16x4: return "bf16x4";
+  }
+  return "?";
+}
+
+bool ParsePrecision(const std::string& s, Precision* out) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kBf16x3, Precision::kBf16x4}) {
+    if (s == PrecisionName(p)) { *out = p; return true; }
+  }
+  return false;
+}
+
 void ConvertToF32(const void* src, DType t, int64_t n, float* dst) {
   if (t == DType::kF32) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); return; }
   const auto* h = static_cast<const uint16_t*>(src);

@@ -14,6 +14,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/gemm-inl.h"
+#include "kernels/gemm_bf16-inl.h"
 #include "kernels/kside-inl.h"
 #include "plan/scratch_layout.h"
 
@@ -26,7 +27,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Leaves the chunk's output rows in o and the updated state in state.
 // Works one column panel at a time: the panel of S (dk x 64 FP32 = 32 KiB
 // for dk = 128 on AVX-512) stays in L1 across its three products.
-HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT state, int64_t n) {
+// prec: the three products in the plan's precision (the state stays FP32).
+HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT state, int64_t n,
+                           Precision prec = Precision::kFp32) {
   const int64_t dk = L.dk_pad, cp = L.c_pad;
   const Panels sp(dk, L), rp(L.c, L);  // state panels; chunk-row panels
   const ChunkVectors cv(base + L.vec, cp);
@@ -41,14 +44,14 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, flo
     vj.rows = n; vj.cols = pw; vj.c = vnew; vj.ldc = pw; vj.segments = 2;
     vj.seg[0] = Segment{base + L.attn, cp, rp.Base(base + L.vb, c0), pw, n, true, false};
     vj.seg[1] = Segment{base + L.kcd, dk, s, pw, dk, false, true};
-    Gemm(vj);
+    GemmPrec(vj, prec, L, base);
 
     // O = scale diag(e^G) Q S + P Vnew   (scale and e^G folded into q and P).
     GemmJob oj;
     oj.rows = n; oj.cols = pw; oj.c = rp.Base(base + L.o, c0); oj.ldc = pw; oj.segments = 2;
     oj.seg[0] = Segment{base + L.q, dk, s, pw, dk, false, false};
     oj.seg[1] = Segment{base + L.qk, cp, vnew, pw, n, true, false};
-    Gemm(oj);
+    GemmPrec(oj, prec, L, base);
 
     // S = e^(G_last) S + (diag(e^(G_last - G)) K)^T Vnew, with the transposed
     // operand read in place: A[r][i] = k[i][r].
@@ -56,7 +59,7 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, flo
     sj.rows = dk; sj.cols = pw; sj.c = s; sj.ldc = pw;
     sj.c_init = s; sj.ld_init = pw; sj.alpha = decay_last;
     sj.seg[0] = Segment{base + L.k, 1, vnew, pw, n, false, false, dk};
-    Gemm(sj);
+    GemmPrec(sj, prec, L, base);
   }
 }
 

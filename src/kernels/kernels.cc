@@ -7,8 +7,12 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <omp.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -18,6 +22,7 @@
 #include "hwy/highway.h"
 #include "kernels/chunk-inl.h"
 #include "kernels/gemm-inl.h"
+#include "kernels/gemm_bf16-inl.h"
 #include "kernels/kernels.h"
 #include "kernels/kside-inl.h"
 #include "kernels/load-inl.h"
@@ -45,6 +50,7 @@ struct ItemView {
   const WorkItem* it;
   int64_t hk;          // query/key head of value head it->head (grouped heads)
   int64_t state_base;  // element offset of state (seq, head)
+  Precision plan_precision;  // plan.precision: arithmetic of the chunked products
 };
 
 // S tile [dk_pad x w_pad] (column panels) from initial_state (zero when
@@ -201,7 +207,8 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   ChunkVectors cv(base + L.vec, L.c_pad);
   LoadChunk(iv, L, base, t, n);
-  PrepareKSide<kDkPad>(L, base, n, scale);
+  const Precision prec = iv.plan_precision;
+  PrepareKSide<kDkPad>(L, base, n, scale, prec);
   const Panels rp(L.c, L);
   for (int64_t c0 = 0; c0 < L.w_pad; c0 += rp.P) {  // Vb = diag(beta) V
     const int64_t pw = rp.Width(c0);
@@ -211,7 +218,7 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
       for (int64_t c = 0; c < pw; c += N) hn::Store(hn::Mul(b, hn::Load(d, row + c)), d, row + c);
     }
   }
-  ChunkVSide(L, base, S, n);
+  ChunkVSide(L, base, S, n, prec);
   StoreOutputRows(iv, L, base + L.o, t, n);
 }
 
@@ -228,7 +235,7 @@ HWY_INLINE void RunGroup(const Plan& plan, const Inputs& in, const Outputs& out,
   ItemView views[kMaxGroupItems];
   for (int64_t g = 0; g < count; ++g) {
     const WorkItem& it = plan.items[items[g]];
-    views[g] = ItemView{&p, &in, &out, &it, it.head / group, (it.seq * p.Nv + it.head) * p.Dk * p.Dv};
+    views[g] = ItemView{&p, &in, &out, &it, it.head / group, (it.seq * p.Nv + it.head) * p.Dk * p.Dv, plan.precision};
     LoadStateTile(views[g], L, base, L.StateTile(base, g));
   }
   const WorkItem& first = plan.items[items[0]];
@@ -278,7 +285,8 @@ void RunThreadItemsForBucket(const Plan& plan, const Inputs& in, const Outputs& 
 }
 
 Status ExecuteImpl(const Plan& plan, const Inputs& in, const Outputs& out) {
-  const ScratchLayout L(plan.chunk, plan.dk_padded, plan.v_step, plan.group_items);
+  const ScratchLayout L(plan.chunk, plan.dk_padded, plan.v_step, plan.group_items,
+                        plan.precision != Precision::kFp32 && plan.chunk > 1);
   if (plan.group_items < 1 || plan.group_items > kMaxGroupItems) {
     return Status(Code::kInternal, "plan.group_items outside [1, kMaxGroupItems]");
   }
@@ -317,6 +325,37 @@ HWY_AFTER_NAMESPACE();
 namespace cgdr {
 
 HWY_EXPORT(ExecuteImpl);
+HWY_EXPORT(Bf16DotPairsImpl);
+HWY_EXPORT(Bf16SplitImpl);
+
+namespace {
+std::atomic<int> g_bf16_hw_mode{-1};
+bool CpuHasAvx512Bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+    return (a & (1u << 5)) != 0;  // CPUID.(EAX=7,ECX=1):EAX[5] AVX512_BF16
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+bool Bf16HardwareEnabled() {
+  const int mode = g_bf16_hw_mode.load(std::memory_order_relaxed);
+  return mode != 0 && CpuHasAvx512Bf16();
+}
+
+void SetBf16HardwareForTest(int mode) { g_bf16_hw_mode.store(mode, std::memory_order_relaxed); }
+
+void Bf16DotPairs(const uint32_t* a, const uint32_t* b, float* acc, int64_t n, bool hw) {
+  HWY_DYNAMIC_DISPATCH(Bf16DotPairsImpl)(a, b, acc, n, hw);
+}
+
+void Bf16Split(const float* x, int64_t n, uint16_t* hi, uint16_t* lo) { HWY_DYNAMIC_DISPATCH(Bf16SplitImpl)(x, n, hi, lo); }
 
 Status Execute(const Plan& plan, const Inputs& in, const Outputs& out) {
   return HWY_DYNAMIC_DISPATCH(ExecuteImpl)(plan, in, out);

@@ -16,4 +16,16 @@ Status Execute(const Plan& plan, const Inputs& in, const Outputs& out);
 // tests that force each one (hwy::SetSupportedTargetsForTest).
 int64_t CompiledTargets();
 
+// bf16 precision modes: whether the products run on vdpbf16ps (the CPU has
+// AVX512_BF16 and the AVX3 target runs) rather than its exact emulation.
+bool Bf16HardwareEnabled();
+// Tests: -1 automatic (default), 0 force the emulation, 1 hardware if present.
+void SetBf16HardwareForTest(int mode);
+// Tests: acc[i] = vdpbf16ps lane step(acc[i], a[i], b[i]) for n lanes (n a
+// multiple of 16) on the dispatched target; `hw` picks the instruction where
+// available, else the emulation.
+void Bf16DotPairs(const uint32_t* a, const uint32_t* b, float* acc, int64_t n, bool hw);
+// Tests: the hi/lo split (hi = bf16(x), lo = bf16(x - hi)) on the dispatched target.
+void Bf16Split(const float* x, int64_t n, uint16_t* hi, uint16_t* lo);
+
 }  // namespace cgdr

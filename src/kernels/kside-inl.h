@@ -14,6 +14,7 @@
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "kernels/gemm-inl.h"
+#include "kernels/gemm_bf16-inl.h"
 #include "plan/scratch_layout.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -145,8 +146,10 @@ HWY_INLINE void ApplyDecayMasks(const ChunkVectors& cv, int64_t n, int64_t cp, f
 //   q   = scale * diag(e^G) Q
 // kDkPad: the Dk bucket (64, 80, 96, 128) as a compile-time trip count, or 0
 // for the generic path (SPEC 5, seeds' kSpecializedDk).
+// prec: K K^T, Q K^T and Kcd in the plan's precision (the inverse stays FP32).
 template <int kDkPad>
-HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, float scale) {
+HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, float scale,
+                             Precision prec = Precision::kFp32) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t dk = kDkPad ? kDkPad : L.dk_pad, cp = L.c_pad;
@@ -180,11 +183,11 @@ HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, i
   GemmJob kk;
   kk.rows = n; kk.cols = cp; kk.c = attn; kk.ldc = cp; kk.lower_result = true;
   kk.seg[0] = Segment{k, dk, kt, cp, dk, false, false};
-  Gemm(kk);
+  GemmPrec(kk, prec, L, base);
   GemmJob qkj = kk;
   qkj.c = qk;
   qkj.seg[0].a = q;
-  Gemm(qkj);
+  GemmPrec(qkj, prec, L, base);
   ApplyDecayMasks(cv, n, cp, scale, attn, qk);
   const int64_t nb = RoundUp(n, 16);
   for (int64_t i = n; i < nb; ++i)
@@ -195,7 +198,7 @@ HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, i
   GemmJob kcd;
   kcd.rows = n; kcd.cols = dk; kcd.c = base + L.kcd; kcd.ldc = dk;
   kcd.seg[0] = Segment{attn, cp, kb, dk, n, true, false};
-  Gemm(kcd);
+  GemmPrec(kcd, prec, L, base);
 
   // Step 6/7 operands: Q <- scale e^G Q; K <- e^(G_last - G) K.
   for (int64_t i = 0; i < n; ++i) {

@@ -125,7 +125,13 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
   // tiles fit the group budget (one tile = dk_pad x w FP32).
   const int64_t tile_bytes = out.dk_padded * RoundUp(w, kLaneMultiple) * 4;
   out.group_items = std::clamp<int64_t>(prof.group_state_bytes / tile_bytes, 1, kMaxGroupItems);
-  out.scratch_bytes_per_thread = ScratchLayout(out.chunk, out.dk_padded, w, out.group_items).bytes();
+  out.precision = p.options.precision;
+  const bool packed = out.precision != Precision::kFp32 && out.chunk > 1;
+  out.scratch_bytes_per_thread = ScratchLayout(out.chunk, out.dk_padded, w, out.group_items, packed).bytes();
+  if (out.precision != Precision::kFp32) {
+    why << "precision " << PrecisionName(out.precision)
+        << (out.chunk > 1 ? " (bf16 pair products)" : " (C=1 keeps FP32 products)") << "; ";
+  }
   why << "vStep=" << w << " (" << out.v_tiles << " tiles, working set " << out.working_set_bytes << " B of "
       << prof.cache_budget_bytes << " B budget)";
 
@@ -173,7 +179,9 @@ Status CheckPlan(const Plan& plan) {
   if (plan.v_step < 1 || plan.v_step > kMaxHeadDim) return fail("v_step " + std::to_string(plan.v_step));
   if (plan.threads < 1 || static_cast<int>(plan.per_thread.size()) != plan.threads) return fail("thread lists");
   if (plan.group_items < 1 || plan.group_items > kMaxGroupItems) return fail("group_items " + std::to_string(plan.group_items));
-  if (plan.scratch_bytes_per_thread < ScratchLayout(plan.chunk, plan.dk_padded, plan.v_step, plan.group_items).bytes()) {
+  if (plan.scratch_bytes_per_thread <
+      ScratchLayout(plan.chunk, plan.dk_padded, plan.v_step, plan.group_items,
+                    plan.precision != Precision::kFp32 && plan.chunk > 1).bytes()) {
     return fail("scratch smaller than the kernel's layout");
   }
   // Coverage: every (seq, head, v column) exactly once; tokens match seq_lens.
@@ -213,7 +221,7 @@ std::string PlanToString(const Plan& plan) {
      << " bucket=" << (plan.dk_bucket ? std::to_string(plan.dk_bucket) : std::string("generic"))
      << " dk_padded=" << plan.dk_padded << " vStep=" << plan.v_step << " vTiles=" << plan.v_tiles
      << " items=" << plan.items.size() << " group=" << plan.group_items << " threads=" << plan.threads
-     << " scratch_per_thread=" << plan.scratch_bytes_per_thread << " target=" << ActiveTarget() << "\n";
+     << " precision=" << PrecisionName(plan.precision) << " scratch_per_thread=" << plan.scratch_bytes_per_thread << " target=" << ActiveTarget() << "\n";
   os << "why: " << plan.why << "\n";
   for (size_t t = 0; t < plan.per_thread.size(); ++t) {
     int64_t tokens = 0;

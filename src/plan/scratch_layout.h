@@ -36,10 +36,14 @@ struct ScratchLayout {
   int64_t o = 0;        // [c][w_pad]        output rows of the tile
   int64_t vec = 0;      // [8][c_pad]        g, G, e^G, beta, e^(G_last-G), ...
   int64_t line = 0;     // [max(dk_pad, w_pad)] one state row in transit (layout vk)
+  // bf16 precision modes only (empty for fp32): operands of one product packed
+  // as bf16 pairs along k, hi and lo parts, for up to two segments.
+  int64_t pack = 0;        // [2 segments][A hi, A lo, B hi, B lo] of pack_part words each
+  int64_t pack_part = 0;   // 32-bit words per part (0 for fp32)
   int64_t total = 0;    // floats
 
   ScratchLayout() = default;
-  ScratchLayout(int64_t chunk, int64_t dk_padded, int64_t v_width, int64_t state_tiles = 1) {
+  ScratchLayout(int64_t chunk, int64_t dk_padded, int64_t v_width, int64_t state_tiles = 1, bool packed = false) {
     c = RowsPerStep(chunk);
     states = state_tiles;
     c_pad = RoundUp(c, kLaneMultiple);
@@ -65,6 +69,14 @@ struct ScratchLayout {
     o = take(c * w_pad);
     vec = take(8 * c_pad);
     line = take(dk_pad > w_pad ? dk_pad : w_pad);
+    if (packed) {
+      // Any operand of a product: rows, k and columns are each at most
+      // max(c_pad, dk_pad, 64) (64: the widest V panel); k in pairs.
+      int64_t m = c_pad > dk_pad ? c_pad : dk_pad;
+      if (m < 64) m = 64;
+      pack_part = RoundUp(m * (m / 2 + 1), kScratchAlignFloats);
+      pack = take(8 * pack_part);
+    }
     total = at;
   }
   int64_t bytes() const { return total * 4 + 64; }  // +64: alignment slack of the base

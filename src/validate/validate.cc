@@ -248,6 +248,16 @@ Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Proble
   if (!(opt.threads >= 0 && opt.threads <= 4096)) {
     return Status::Invalid(Cat("options.threads: expected 0 (all) .. 4096, got ", opt.threads));
   }
+  switch (opt.precision) {
+    case Precision::kFp32:
+    case Precision::kBf16:
+    case Precision::kBf16x3:
+    case Precision::kBf16x4:
+      break;
+    default:
+      return Status::Invalid(Cat("options.precision: expected fp32, bf16, bf16x3 or bf16x4, got value ",
+                                 static_cast<int>(opt.precision)));
+  }
   if (opt.v_step < 0 || opt.v_step > kMaxHeadDim) {
     return Status::Invalid(Cat("options.v_step: expected 0 (auto) .. ", kMaxHeadDim, ", got ", opt.v_step));
   }

@@ -25,6 +25,7 @@
 #include "args.h"
 #include "commands.h"
 #include "core/synthetic.h"
+#include "kernels/kernels.h"
 #include "reference/reference.h"
 
 namespace cgdr {
@@ -120,6 +121,8 @@ struct BenchConfig {
   std::string json_path;
   std::vector<Algo> algos{Algo::kAuto};
   bool all_algos = false;
+  Precision precision = Precision::kFp32;  // --precision MODE: every row in that mode
+  bool all_precisions = false;             // --precision all: the precision table instead
 };
 
 std::vector<RowSpec> SelectRows(const BenchConfig& cfg) {
@@ -345,6 +348,7 @@ class PeakCache {
 struct RowResult {
   RowSpec spec;
   Algo requested = Algo::kAuto;
+  Precision precision = Precision::kFp32;
   int threads = 0, chunk = 0, reps = 0;
   int64_t v_step = 0, T = 0;
   double seconds = 0, tokens_per_s = 0, gflops = 0, peak = 0, pct_peak = 0, rel_err = 0, rounding_err = 0;
@@ -366,6 +370,7 @@ Json ToJson(const RowResult& r, const std::string& target, double copy_gbps) {
             {"threads", r.threads},
             {"algo", PlanAlgoName(r.chunk)},
             {"algo_requested", AlgoName(r.requested)},
+            {"precision", PrecisionName(r.precision)},
             {"chunk", r.chunk},
             {"v_step", r.v_step},
             {"reps", r.reps},
@@ -410,6 +415,7 @@ Status BenchRow(const RowSpec& spec, Case& data, Algo algo, const BenchConfig& c
   RowViews(data, spec.lens, &in, &out);
   Options opt = data.options();
   opt.algo = algo;
+  opt.precision = cfg.precision;
   opt.threads = spec.threads > 0 ? spec.threads : cfg.threads;
   Plan plan;
   Status s = PlanFor(in, out, opt, &plan);
@@ -419,6 +425,7 @@ Status BenchRow(const RowSpec& spec, Case& data, Algo algo, const BenchConfig& c
   if (!s.ok()) return s;
   r->spec = spec;
   r->requested = algo;
+  r->precision = opt.precision;
   r->threads = opt.threads;
   r->chunk = plan.chunk;
   r->v_step = plan.v_step;
@@ -443,6 +450,7 @@ Status CheckValuesOverhead(Case& data, const RowSpec& spec, const BenchConfig& c
   RowViews(data, spec.lens, &in, &out);
   Options opt = data.options();
   opt.algo = r->requested;
+  opt.precision = r->precision;
   opt.threads = r->threads;
   Timing off, on;
   Status s = TimeRuns(in, out, opt, cfg.reps, cfg.quick ? 0.15 : 0.5, &off);
@@ -491,7 +499,8 @@ void AddScaling(std::vector<RowResult>& results) {
 
 Status ParseBenchFlags(int argc, char** argv, BenchConfig* cfg, bool* help) {
   Args a;
-  Status s = a.Parse("bench", argc, argv, {"--shape", "--t", "--threads", "--json", "--algo", "--reps"}, {"--quick"});
+  Status s = a.Parse("bench", argc, argv, {"--shape", "--t", "--threads", "--json", "--algo", "--reps", "--precision"},
+                     {"--quick"});
   if (!s.ok()) return s;
   *help = a.Has("--help");
   int64_t t = 0, threads = 0, reps = 0;
@@ -525,6 +534,12 @@ Status ParseBenchFlags(int argc, char** argv, BenchConfig* cfg, bool* help) {
   } else {
     return Status::Invalid("--algo: expected auto|recurrent|chunk16|chunk32|chunk64|all, got '" + algo + "'");
   }
+  const std::string prec = a.Get("--precision", "fp32");
+  if (prec == "all") {
+    cfg->all_precisions = true;
+  } else if (!ParsePrecision(prec, &cfg->precision)) {
+    return Status::Invalid("--precision: expected fp32|bf16|bf16x3|bf16x4|all, got '" + prec + "'");
+  }
   return Status::Ok();
 }
 
@@ -534,7 +549,10 @@ const char* kBenchUsage =
     "  default: flagship, 1-thread scaling, T sweep 512..32768, varlen batch, NPU rows, Dk=Dv=200\n"
     "  --shape qwen3-next  the flagship row alone (--t overrides its length)\n"
     "  --algo all          every row with auto and each forced formulation, compared\n"
-    "  --quick             flagship at T=2048 and two NPU rows, short timing\n";
+    "  --quick             flagship at T=2048 and two NPU rows, short timing\n"
+    "  --precision MODE    fp32 (default), bf16, bf16x3 or bf16x4 for every row\n"
+    "  --precision all     the flagship (--t T, default 8192) with f16 and with bf16 inputs in\n"
+    "                      each mode: time, %% of the FP32 FMA peak, error of out and final_state\n";
 
 Status WriteJson(const std::string& path, const Json& j) {
   std::ofstream f(path);
@@ -542,6 +560,77 @@ Status WriteJson(const std::string& path, const Json& j) {
   f << j.dump(2) << "\n";
   f.close();
   if (!f) return Status(Code::kInternal, "--json: write to '" + path + "' failed");
+  return Status::Ok();
+}
+
+// --precision all: the flagship with f16 and with bf16 inputs, each precision
+// mode timed, and the normwise error of out and final_state of value head
+// Nv/2 against the FP64 reference.
+Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowResult>* results) {
+  const int64_t T = cfg.t_override > 0 ? cfg.t_override : (cfg.quick ? 2048 : 8192);
+  std::printf("precision modes, flagship T=%lld (%d threads); errors of value head 16 vs FP64; %%peak of the "
+              "FP32 FMA peak\n",
+              static_cast<long long>(T), cfg.threads);
+  std::printf("%-6s %-7s %-10s %9s %8s %6s %7s %10s %10s %10s %10s\n", "dtype", "prec", "algo", "ms", "GFLOP/s",
+              "%peak", "vs_fp32", "err_out", "err_state", "round_out", "round_st");
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    CaseSpec cs;
+    cs.Nk = 16;
+    cs.Nv = 32;
+    cs.Dk = cs.Dv = 128;
+    cs.lens = {static_cast<int32_t>(T)};
+    cs.dtype = dt;
+    cs.state_dtype = dt;
+    cs.seed = 7;
+    Case data = MakeCase(cs);
+    Inputs in = data.inputs();
+    Outputs out = data.outputs();
+    Options opt = data.options();
+    opt.threads = cfg.threads;
+    Problem p;
+    if (Status s = Validate(in, out, opt, &p); !s.ok()) return s;
+    const int64_t h = p.Nv / 2;
+    ReferenceResult ref;
+    ReferenceRun(in, p, &ref, {h});
+    double fp32_s = 0.0;
+    for (Precision prec : {Precision::kFp32, Precision::kBf16, Precision::kBf16x3, Precision::kBf16x4}) {
+      opt.precision = prec;
+      Plan plan;
+      if (Status s = PlanFor(in, out, opt, &plan); !s.ok()) return s;
+      Timing t;
+      if (Status s = TimeRuns(in, out, opt, cfg.reps, cfg.quick ? 0.15 : 0.5, &t); !s.ok()) return s;
+      RowResult r;
+      r.spec = Flagship(T, std::string("qwen3-next-") + DTypeName(dt) + "-" + PrecisionName(prec), "precision");
+      r.precision = prec;
+      r.threads = opt.threads;
+      r.chunk = plan.chunk;
+      r.v_step = plan.v_step;
+      r.reps = t.reps;
+      r.T = T;
+      r.seconds = t.median_s;
+      r.tokens_per_s = static_cast<double>(T) / t.median_s;
+      r.gflops = AlgoFlops(T, cs.Nv, cs.Dk, cs.Dv) / t.median_s / 1e9;
+      r.peak = peaks.Get(opt.threads).gflops;
+      r.pct_peak = 100.0 * r.gflops / r.peak;
+      r.rel_err = RelativeError(out.out, ref.out, p.Nv, {h});
+      const double err_state = RelativeError(out.final_state, ref.final_state, p.Nv, {h});
+      r.rounding_err = RoundingError(ref.out, dt);
+      const double round_state = RoundingError(ref.final_state, dt);
+      if (prec == Precision::kFp32) fp32_s = t.median_s;
+      const double speedup = fp32_s / t.median_s;
+      std::printf("%-6s %-7s %-10s %9.3f %8.1f %6.1f %6.2fx %10.2e %10.2e %10.2e %10.2e\n", DTypeName(dt),
+                  PrecisionName(prec), PlanAlgoName(plan.chunk).c_str(), t.median_s * 1e3, r.gflops, r.pct_peak,
+                  speedup, r.rel_err, err_state, r.rounding_err, round_state);
+      std::fflush(stdout);
+      r.extra["dtype"] = DTypeName(dt);
+      r.extra["state_dtype"] = DTypeName(dt);
+      r.extra["rel_err_state"] = err_state;
+      r.extra["ref_rounding_err_state"] = round_state;
+      r.extra["speedup_vs_fp32"] = speedup;
+      r.extra["bf16_hardware"] = Bf16HardwareEnabled() && ActiveTarget() == "AVX3";
+      results->push_back(std::move(r));
+    }
+  }
   return Status::Ok();
 }
 
@@ -569,6 +658,18 @@ int BenchMain(int argc, char** argv) {
               copy.gbytes_per_s, copy.bytes >> 20);
   std::printf("gflops = 6*Dk*Dv*tokens*Nv / s (algorithmic, SPEC 8); rel_err vs FP64 on value head Nv/2; "
               "algo with ! = forced\n\n");
+  if (cfg.all_precisions) {
+    std::vector<RowResult> results;
+    if (Status s = PrecisionTable(cfg, peaks, &results); !s.ok()) return cli::ReportError(s);
+    std::printf("\n%zu rows in %.1f s\n", results.size(), Since(start));
+    if (!cfg.json_path.empty()) {
+      Json arr = Json::array();
+      for (const auto& r : results) arr.push_back(ToJson(r, target, copy.gbytes_per_s));
+      if (Status s = WriteJson(cfg.json_path, arr); !s.ok()) return cli::ReportError(s);
+      std::printf("wrote %s\n", cfg.json_path.c_str());
+    }
+    return 0;
+  }
   PrintHeader();
 
   const std::vector<RowSpec> rows = SelectRows(cfg);

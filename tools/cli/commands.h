@@ -36,6 +36,7 @@ struct RunRequest {
   std::string input, output;
   int threads = 0;
   Algo algo = Algo::kAuto;
+  Precision precision = Precision::kFp32;
   bool check_values = false;
 };
 struct RunReport {

@@ -24,7 +24,8 @@ const char kUsage[] =
     "\n"
     "commands:\n"
     "  run    --input CASE.safetensors --output RESULT.safetensors [--threads N]\n"
-    "         [--algo auto|recurrent|chunk16|chunk32|chunk64] [--check-values]\n"
+    "         [--algo auto|recurrent|chunk16|chunk32|chunk64] [--precision fp32|bf16|bf16x3|bf16x4]\n"
+    "         [--check-values]\n"
     "         Run one case file (SPEC 7) and write `out` and `final_state` atomically.\n"
     "  plan   --t T --nk NK --nv NV --dk DK --dv DV [--b B] [--threads N]\n"
     "         [--dtype f16|bf16|f32] [--algo ...]\n"
@@ -43,14 +44,19 @@ const char kUsage[] =
 const char kRunUsage[] =
     "usage: cgdr run --input CASE.safetensors --output RESULT.safetensors [--threads N]\n"
     "                [--algo auto|recurrent|chunk16|chunk32|chunk64] [--check-values]\n"
+    "                [--precision fp32|bf16|bf16x3|bf16x4]\n"
     "  CASE: tensors query, key, value, beta, seq_lens (int32), optional g and initial_state;\n"
     "        metadata scale, state_layout (vk|kv), use_qk_l2norm (true|false).\n"
     "  RESULT: out (dtype of query) and final_state (dtype of initial_state, else query).\n"
-    "  --check-values  also reject NaN/Inf inputs and g > 0 (SPEC 3).\n";
+    "  --check-values  also reject NaN/Inf inputs and g > 0 (SPEC 3).\n"
+    "  --precision     products of the chunked formulations: fp32 (default); bf16 (operands\n"
+    "                  rounded to bf16, FP32 accumulation); bf16x3/bf16x4 (hi/lo split,\n"
+    "                  compensated). On vdpbf16ps where the CPU has AVX512_BF16.\n";
 
 const char kPlanUsage[] =
     "usage: cgdr plan --t T --nk NK --nv NV --dk DK --dv DV [--b B] [--threads N]\n"
     "                 [--dtype f16|bf16|f32] [--algo auto|recurrent|chunk16|chunk32|chunk64]\n"
+    "                 [--precision fp32|bf16|bf16x3|bf16x4]\n"
     "  B sequences (default 1) split T evenly; g and initial_state present.\n";
 
 const char kMakeCaseUsage[] =
@@ -86,6 +92,14 @@ Status ParseAlgoFlag(const Args& a, Algo* algo) {
   return Status::Ok();
 }
 
+Status ParsePrecisionFlag(const Args& a, Precision* prec) {
+  const std::string s = a.Get("--precision", "fp32");
+  if (!ParsePrecision(s, prec)) {
+    return Status::Invalid("--precision: expected fp32, bf16, bf16x3 or bf16x4, got '" + s + "'");
+  }
+  return Status::Ok();
+}
+
 Status ParseFloatDType(const Args& a, const char* flag, DType def, DType* out) {
   if (!a.Has(flag)) {
     *out = def;
@@ -109,7 +123,8 @@ Status ParseFloatDType(const Args& a, const char* flag, DType def, DType* out) {
 
 Status ParseRun(int argc, char** argv, RunRequest* req, bool* help) {
   Args a;
-  CGDR_CLI_TRY(a.Parse("run", argc, argv, {"--input", "--output", "--threads", "--algo"}, {"--check-values"}));
+  CGDR_CLI_TRY(a.Parse("run", argc, argv, {"--input", "--output", "--threads", "--algo", "--precision"},
+                       {"--check-values"}));
   if ((*help = MaybeHelp(a, kRunUsage))) return Status::Ok();
   CGDR_CLI_TRY(a.Require("--input", &req->input));
   CGDR_CLI_TRY(a.Require("--output", &req->output));
@@ -117,6 +132,7 @@ Status ParseRun(int argc, char** argv, RunRequest* req, bool* help) {
   CGDR_CLI_TRY(a.Int("--threads", 0, 4096, 0, &threads));
   req->threads = static_cast<int>(threads);
   CGDR_CLI_TRY(ParseAlgoFlag(a, &req->algo));
+  CGDR_CLI_TRY(ParsePrecisionFlag(a, &req->precision));
   req->check_values = a.Has("--check-values");
   return Status::Ok();
 }
@@ -142,6 +158,7 @@ Status ParsePlanProblem(const Args& a, Problem* p) {
   CGDR_CLI_TRY(a.Int("--threads", 0, 4096, 0, &v));
   p->options.threads = static_cast<int>(v);
   CGDR_CLI_TRY(ParseAlgoFlag(a, &p->options.algo));
+  CGDR_CLI_TRY(ParsePrecisionFlag(a, &p->options.precision));
   CGDR_CLI_TRY(ParseFloatDType(a, "--dtype", DType::kF16, &p->dtype));
   p->has_g = true;
   p->has_initial_state = true;
@@ -279,6 +296,7 @@ Status RunCaseFile(const RunRequest& req, RunReport* report) {
   CGDR_CLI_TRY(LoadCase(req.input, &c));
   c.options.threads = req.threads;
   c.options.algo = req.algo;
+  c.options.precision = req.precision;
   c.options.check_values = req.check_values;
   OutputBuffers out;
   if (Status s = PrepareOutputs(c.inputs, c.options, &out); !s.ok()) return Status(s.code(), Prefixed(req.input, s));
@@ -334,7 +352,8 @@ int PlanMain(int argc, char** argv) {
   Args a;
   Problem p;
   if (Status s = a.Parse("plan", argc, argv,
-                         {"--t", "--nk", "--nv", "--dk", "--dv", "--b", "--threads", "--dtype", "--algo"}, {});
+                         {"--t", "--nk", "--nv", "--dk", "--dv", "--b", "--threads", "--dtype", "--algo", "--precision"},
+                         {});
       !s.ok()) {
     return ReportError(s);
   }

@@ -1,0 +1,314 @@
+// Precision modes (Options.precision): fp32, bf16, bf16x3, bf16x4.
+//  - accuracy of every mode against the FP64 reference, on odd shapes (Dk=37,
+//    Dv=71, 1-token tails, a 0-length sequence, grouped heads), every SIMD
+//    target, every chunked formulation, with a tolerance per mode:
+//      fp32:          2e-5 (SPEC 6, f32 in/out)
+//      bf16x3/bf16x4: 2 x the fp32 tolerance (4e-5)
+//      bf16:          1.5e-2 (operands rounded to 8 significant bits: unit
+//                     roundoff 2^-9 ~ 2e-3 per operand; measured ~3e-3 to 6e-3)
+//  - the vdpbf16ps emulation bit-exact with the hardware instruction (lane by
+//    lane, denormals included, and whole runs), where the CPU has AVX512_BF16;
+//  - the hi/lo split exact for values whose significand fits 16 bits;
+//  - results bitwise identical across thread counts and V tilings in each mode.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include <hwy/targets.h>
+
+#include "cgdr/cgdr.hpp"
+#include "cgdr/plan.hpp"
+#include "core/dtype.h"
+#include "kernels/kernels.h"
+#include "test_util.h"
+
+namespace cgdr::testing {
+namespace {
+
+constexpr Precision kModes[] = {Precision::kFp32, Precision::kBf16, Precision::kBf16x3, Precision::kBf16x4};
+constexpr Algo kChunked[] = {Algo::kChunk16, Algo::kChunk32, Algo::kChunk64};
+
+// `limit`: SPEC 6's limit for the output dtype (2e-5 for f32; for bf16 outputs
+// twice the error of rounding the FP64 answer to bf16, plus 2e-5).
+double Tolerance(Precision p, double limit = 2e-5) {
+  switch (p) {
+    case Precision::kFp32: return limit;
+    case Precision::kBf16x3:
+    case Precision::kBf16x4: return 2.0 * limit;
+    case Precision::kBf16: return std::max(1.5e-2, 2.0 * limit);
+  }
+  return 0.0;
+}
+
+CaseSpec OddSpec(DType dt) {
+  CaseSpec s;
+  s.Nk = 2;
+  s.Nv = 4;  // grouped heads: 2 value heads per key head
+  s.Dk = 37;
+  s.Dv = 71;
+  s.lens = {65, 1, 0, 129, 17};  // 1-token tails after 64 and 128, a lone token, an empty sequence
+  s.dtype = dt;
+  s.state_dtype = DType::kF32;
+  s.seed = 11;
+  return s;
+}
+
+TEST(Precision, NamesParseAndPlan) {
+  for (Precision p : kModes) {
+    Precision q = Precision::kFp32;
+    ASSERT_TRUE(ParsePrecision(PrecisionName(p), &q));
+    EXPECT_EQ(q, p);
+  }
+  Precision q;
+  EXPECT_FALSE(ParsePrecision("fp16", &q));
+  Case c = MakeCase(OddSpec(DType::kF32));
+  Options opt = c.options();
+  opt.precision = Precision::kBf16x3;
+  Problem p;
+  ASSERT_TRUE(Validate(c.inputs(), c.outputs(), opt, &p).ok());
+  Plan plan;
+  ASSERT_TRUE(MakePlan(p, DefaultProfile(), &plan).ok());
+  EXPECT_EQ(plan.precision, Precision::kBf16x3);
+  EXPECT_NE(PlanToString(plan).find("precision=bf16x3"), std::string::npos) << PlanToString(plan);
+  EXPECT_TRUE(CheckPlan(plan).ok());
+  opt.precision = static_cast<Precision>(7);
+  const Status s = Validate(c.inputs(), c.outputs(), opt, &p);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("options.precision"), std::string::npos) << s.message();
+}
+
+TEST(Precision, EveryModeEveryTargetEveryChunkedAlgoOddShapes) {
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const CaseSpec spec = OddSpec(dt);
+    ForEachTarget([&](const std::string& target) {
+      for (Algo a : kChunked) {
+        double fp32_out = 0.0, fp32_state = 0.0;
+        for (Precision p : kModes) {
+          Case c = MakeCase(spec);
+          Options opt = c.options();
+          opt.algo = a;
+          opt.precision = p;
+          opt.threads = 2;
+          const Errors e = RunAndCompare(c, opt);
+          // Tolerance of the mode over SPEC 6's limit for the stored dtype
+          // (out is bf16 for bf16 inputs; the state is f32).
+          const std::string what = target + " " + AlgoName(a) + " " + PrecisionName(p) + " " + DTypeName(dt);
+          EXPECT_LE(e.out, Tolerance(p, e.out_limit)) << what;
+          EXPECT_LE(e.state, Tolerance(p, e.state_limit)) << what;
+          if (p == Precision::kFp32) {
+            fp32_out = e.out;
+            fp32_state = e.state;
+          }
+          if (p == Precision::kBf16x3 || p == Precision::kBf16x4) {
+            // Compensated: within 2x of fp32's own error (floor: the fp32 tolerance, for exact-ish cases).
+            EXPECT_LE(e.out, std::max(2.0 * fp32_out, Tolerance(Precision::kFp32, e.out_limit))) << what;
+            EXPECT_LE(e.state, std::max(2.0 * fp32_state, Tolerance(Precision::kFp32, e.state_limit))) << what;
+          }
+        }
+      }
+    });
+  }
+}
+
+// f16 in/out (the flagship's dtype): SPEC 6's limit, doubled for bf16x3.
+TEST(Precision, CompensatedF16WithinTwiceSpec6) {
+  CaseSpec spec = OddSpec(DType::kF16);
+  spec.state_dtype = DType::kF16;
+  spec.Dk = spec.Dv = 64;
+  spec.lens = {300};
+  for (Precision p : {Precision::kBf16x3, Precision::kBf16x4}) {
+    Case c = MakeCase(spec);
+    Options opt = c.options();
+    opt.algo = Algo::kChunk64;
+    opt.precision = p;
+    const Errors e = RunAndCompare(c, opt);
+    EXPECT_LE(e.out, 2.0 * e.out_limit) << PrecisionName(p);
+    EXPECT_LE(e.state, 2.0 * e.state_limit) << PrecisionName(p);
+  }
+}
+
+TEST(Precision, BitwiseAcrossThreadsAndVTilesEveryMode) {
+  CaseSpec spec = OddSpec(DType::kF32);
+  spec.lens = {130, 1, 47};
+  ForEachTarget([&](const std::string& target) {
+    for (Precision p : kModes) {
+      for (Algo a : kChunked) {
+        std::vector<uint8_t> out0, state0;
+        bool first = true;
+        for (int threads : {1, 2, 5}) {
+          for (int v_step : {0, 16}) {
+            Case c = MakeCase(spec);
+            Options opt = c.options();
+            opt.algo = a;
+            opt.precision = p;
+            opt.threads = threads;
+            opt.v_step = v_step;
+            ASSERT_TRUE(cgdr::Run(c.inputs(), c.outputs(), opt).ok());
+            if (first) {
+              out0 = c.out;
+              state0 = c.final_state;
+              first = false;
+            } else {
+              EXPECT_EQ(c.out, out0) << target << " " << PrecisionName(p) << " " << AlgoName(a) << " threads=" << threads
+                                     << " v_step=" << v_step;
+              EXPECT_EQ(c.final_state, state0) << target << " " << PrecisionName(p) << " " << AlgoName(a);
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+// hi = bf16(x) (nearest even), lo = bf16(x - hi); x with a significand of at
+// most 16 bits is exactly hi + lo; any x is within 2^-16 relative.
+TEST(Precision, SplitHiLoExact) {
+  std::mt19937 rng(5);
+  std::vector<float> x;
+  for (int i = 0; i < 4000; ++i) {
+    const int bits = 1 + static_cast<int>(rng() % 16);
+    const uint32_t m = (rng() & ((1u << bits) - 1u)) | (1u << (bits - 1));  // exactly `bits` significant bits
+    const int e = static_cast<int>(rng() % 120) - 60;
+    x.push_back((rng() & 1 ? -1.0f : 1.0f) * std::ldexp(static_cast<float>(m), e));
+  }
+  x.push_back(0.0f);
+  x.push_back(-0.0f);
+  x.push_back(1.0f + 1.0f / 256 + 1.0f / 65536 * 0);  // a tie-free 9-bit value
+  const size_t n_exact = x.size();
+  for (int i = 0; i < 1000; ++i) x.push_back(std::ldexp(static_cast<float>(rng()) / 4294967296.0f + 0.5f, static_cast<int>(rng() % 40) - 20));
+  ForEachTarget([&](const std::string& target) {
+    std::vector<uint16_t> hi(x.size()), lo(x.size());
+    Bf16Split(x.data(), static_cast<int64_t>(x.size()), hi.data(), lo.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(hi[i], F32ToBF16(x[i])) << target << " x=" << x[i];
+      const float sum = BF16ToF32(hi[i]) + BF16ToF32(lo[i]);
+      if (i < n_exact) {
+        ASSERT_EQ(sum, x[i]) << target << " x=" << x[i];
+      } else {
+        ASSERT_LE(std::abs(static_cast<double>(sum) - x[i]), std::ldexp(std::abs(x[i]), -16)) << target << " x=" << x[i];
+      }
+    }
+  });
+}
+
+bool HasBf16Hardware() {
+  SetBf16HardwareForTest(-1);
+  return Bf16HardwareEnabled();
+}
+
+uint32_t RandomBf16(std::mt19937& rng) {
+  switch (rng() % 8) {
+    case 0: return 0;
+    case 1: return 0x8000;
+    case 2: return rng() & 0x807F;                      // bf16 denormal (or zero)
+    case 3: return (rng() & 0x8000) | 0x0080 | (rng() & 0x7F);  // smallest normals
+    default: {
+      const uint32_t e = 100 + rng() % 55;             // ~2^-27 .. 2^27
+      return (rng() & 0x8000) | (e << 7) | (rng() & 0x7F);
+    }
+  }
+}
+
+float RandomAcc(std::mt19937& rng) {
+  uint32_t u;
+  switch (rng() % 6) {
+    case 0: u = rng() & 0x807FFFFFu; break;             // f32 denormal
+    case 1: u = (rng() & 0x80000000u) | (1u << 23) | (rng() & 0x7FFFFFu); break;  // tiny normal
+    case 2: return 0.0f;
+    default: return std::ldexp(static_cast<float>(static_cast<int32_t>(rng())) / 2147483648.0f, static_cast<int>(rng() % 30) - 15);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// The emulation (every target) is bit-exact with vdpbf16ps, lane by lane.
+TEST(Precision, EmulationBitExactWithHardwareLanes) {
+  if (!HasBf16Hardware()) GTEST_SKIP() << "CPU without AVX512_BF16";
+  std::mt19937 rng(9);
+  const int64_t n = 16 * 4096;
+  std::vector<uint32_t> a(n), b(n);
+  std::vector<float> acc0(n);
+  for (int64_t i = 0; i < n; ++i) {
+    a[i] = RandomBf16(rng) | (RandomBf16(rng) << 16);
+    b[i] = RandomBf16(rng) | (RandomBf16(rng) << 16);
+    acc0[i] = RandomAcc(rng);
+  }
+  // Products that cancel the accumulator, and tiny results that must flush.
+  for (int64_t i = 0; i < 256; ++i) {
+    a[i] = 0x3F80u | (0x3F80u << 16);  // (1, 1)
+    b[i] = (rng() & 0xFFFFu) | (0x0000u << 16);
+    uint32_t lo = b[i] & 0xFFFFu;
+    float v;
+    const uint32_t bits = lo << 16;
+    std::memcpy(&v, &bits, 4);
+    acc0[i] = -v;  // acc + 0*... + 1*b0 = 0 exactly (sign?)
+  }
+  std::vector<float> hw = acc0;
+  hwy::SetSupportedTargetsForTest(0);
+  Bf16DotPairs(a.data(), b.data(), hw.data(), n, true);  // best target: AVX3 with the instruction
+  ForEachTarget([&](const std::string& target) {
+    std::vector<float> emu = acc0;
+    Bf16DotPairs(a.data(), b.data(), emu.data(), n, false);
+    int bad = 0;
+    for (int64_t i = 0; i < n && bad < 10; ++i) {
+      uint32_t x, y;
+      std::memcpy(&x, &hw[i], 4);
+      std::memcpy(&y, &emu[i], 4);
+      if (x != y && !(std::isnan(hw[i]) && std::isnan(emu[i]))) {
+        ++bad;
+        ADD_FAILURE() << target << " lane " << i << ": a=" << std::hex << a[i] << " b=" << b[i] << " acc=" << acc0[i]
+                      << " hw=" << x << " emu=" << y;
+      }
+    }
+  });
+}
+
+// Whole runs on the AVX3 target: the instruction and its emulation give the
+// same bits in every mode.
+TEST(Precision, EmulationBitExactWithHardwareRuns) {
+  if (!HasBf16Hardware()) GTEST_SKIP() << "CPU without AVX512_BF16";
+  const CaseSpec spec = OddSpec(DType::kF32);
+  hwy::SetSupportedTargetsForTest(0);
+  for (Precision p : {Precision::kBf16, Precision::kBf16x3, Precision::kBf16x4}) {
+    for (Algo a : kChunked) {
+      std::vector<uint8_t> out[2], state[2];
+      for (int hw = 0; hw < 2; ++hw) {
+        SetBf16HardwareForTest(hw);
+        Case c = MakeCase(spec);
+        Options opt = c.options();
+        opt.algo = a;
+        opt.precision = p;
+        ASSERT_TRUE(cgdr::Run(c.inputs(), c.outputs(), opt).ok());
+        out[hw] = c.out;
+        state[hw] = c.final_state;
+      }
+      EXPECT_EQ(out[0], out[1]) << PrecisionName(p) << " " << AlgoName(a);
+      EXPECT_EQ(state[0], state[1]) << PrecisionName(p) << " " << AlgoName(a);
+    }
+  }
+  SetBf16HardwareForTest(-1);
+}
+
+// fp32 is the default and the other modes really change the arithmetic.
+TEST(Precision, ModesDiffer) {
+  const CaseSpec spec = OddSpec(DType::kF32);
+  std::vector<uint8_t> outs[4];
+  for (int i = 0; i < 4; ++i) {
+    Case c = MakeCase(spec);
+    Options opt = c.options();
+    opt.algo = Algo::kChunk32;
+    if (i > 0) opt.precision = kModes[i];
+    ASSERT_TRUE(cgdr::Run(c.inputs(), c.outputs(), opt).ok());
+    outs[i] = c.out;
+  }
+  EXPECT_NE(outs[0], outs[1]);
+  EXPECT_NE(outs[0], outs[2]);
+  EXPECT_NE(outs[1], outs[2]);
+}
+
+}  // namespace
+}  // namespace cgdr::testing
