@@ -41,7 +41,8 @@ test-tsan: setup
 
 # libFuzzer targets (fuzz/README.md): each runs FUZZ_SECONDS over a scratch
 # copy of its seed corpus; any crash fails the target and leaves the input in
-# build-fuzz/<target>-crash-*.
+# build-fuzz/<target>-crash-*. KMP_BLOCKTIME=0: idle OpenMP workers sleep
+# instead of spinning between the fuzzer's many tiny runs.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= safetensors api differential
 fuzz: setup
@@ -51,7 +52,7 @@ fuzz: setup
 	  mkdir -p build-fuzz/corpus/$$t; \
 	  dict=; [ -f fuzz/$$t.dict ] && dict=-dict=fuzz/$$t.dict; \
 	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
-	  if ! build-fuzz/fuzz/$${t}_fuzzer $$dict -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	  if ! KMP_BLOCKTIME=0 build-fuzz/fuzz/$${t}_fuzzer $$dict -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	      -artifact_prefix=build-fuzz/$$t- build-fuzz/corpus/$$t fuzz/corpus/$$t >build-fuzz/$$t.log 2>&1; then \
 	    tail -n 60 build-fuzz/$$t.log; echo "fuzz: $$t FAILED (log: build-fuzz/$$t.log)"; exit 1; \
 	  fi; \

@@ -37,11 +37,13 @@ void CheckTensors(const SafetensorsFile& f) {
     FUZZ_CHECK(reinterpret_cast<uintptr_t>(t.data) % DTypeSize(t.dtype) == 0, t.name + ": misaligned");
     FUZZ_CHECK(t.numel >= 0 && t.nbytes == t.numel * static_cast<int64_t>(DTypeSize(t.dtype)), t.name + ": size");
     FUZZ_CHECK(t.end >= t.begin && t.end - t.begin == static_cast<uint64_t>(t.nbytes), t.name + ": offsets");
-    int64_t numel = 1;
+    bool empty = false;
     for (int64_t d : t.shape) {
       FUZZ_CHECK(d >= 0, t.name + ": negative dimension");
-      numel = d == 0 ? 0 : numel * d;  // cannot overflow: the bytes exist
+      empty = empty || d == 0;
     }
+    int64_t numel = empty ? 0 : 1;
+    for (int64_t d : t.shape) numel = empty ? 0 : numel * d;  // no overflow: the bytes exist
     FUZZ_CHECK(numel == t.numel, t.name + ": numel does not match the shape");
     for (int64_t i = 0; i < t.nbytes; ++i) checksum += t.data[i];
     FUZZ_CHECK(f.Find(t.name) != nullptr, t.name + ": Find fails");

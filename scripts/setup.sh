@@ -3,7 +3,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config libhwy-dev libgtest-dev libgmock-dev libbenchmark-dev
       nlohmann-json3-dev pybind11-dev python3 python3-dev python3-numpy python3-pytest python3-torch
-      clang libclang-rt-14-dev)
+      clang libclang-rt-14-dev libomp-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -80,11 +80,10 @@ TEST(ExtremeValues, VeryNegativeGRecurrent) {
   });
 }
 
-// Chunked formulations: finite outputs for decays down to -1e37.
+// Chunked formulations: finite outputs for every finite decay.
 TEST(ExtremeValues, VeryNegativeGChunkedStaysFinite) {
   ForEachTarget([&](const std::string& target) {
     for (float g : kVeryNegativeG) {
-      if (g < -1e37f) continue;  // -FLT_MAX: DISABLED_VeryNegativeGChunkedAccuracy below (BUG)
       for (Algo a : ChunkedAlgos()) {
         Case c = VeryNegativeGCase(g);
         Options opt = c.options();
@@ -97,14 +96,12 @@ TEST(ExtremeValues, VeryNegativeGChunkedStaysFinite) {
   });
 }
 
-// BUG (reported to the lead; enable when fixed): kernels/kside-inl.h
-// PrepareKSide forms G = cumsum(g) in FP32 from the chunk start and takes
-// exp(G_i - G_j). After one strong decay |G| is large, so later small decays
-// lose their digits (g = -200: out error 7.7e-5 with chunk64; -1e4: 4e-3;
-// -1e30: -0.1 is absorbed, 10% error) and 64 tokens of -FLT_MAX overflow G
-// to -Inf, giving NaN from (-Inf) - (-Inf). The recurrence is exact. A fix
-// that keeps FP32 semantics: clamp g at about -110 (exp is 0 in FP32 below
-// -104 anyway) and form the cumsum and its differences in FP64.
+// Regression (found by this test, fixed in the kernels by summing the decay
+// exponents D_ij = g_(j+1) + ... + g_i directly): with exp(G_i - G_j) taken
+// from FP32 prefix sums, one strong decay made |G| large and later small
+// decays lost their digits (g = -200: out error 7.7e-5 with chunk64; -1e4:
+// 4e-3; -1e30: 10%), and 64 tokens of -FLT_MAX overflowed G to -Inf, giving
+// NaN from (-Inf) - (-Inf).
 TEST(ExtremeValues, VeryNegativeGChunkedAccuracy) {
   ForEachTarget([&](const std::string& target) {
     for (float g : kVeryNegativeG) {
@@ -116,7 +113,7 @@ TEST(ExtremeValues, VeryNegativeGChunkedAccuracy) {
   });
 }
 
-TEST(ExtremeValues, AllTokensAtMostNegativeG) {  // BUG: as above (NaN from -Inf - -Inf)
+TEST(ExtremeValues, AllTokensAtMostNegativeG) {  // regression: was NaN, see above
   for (Algo a : AllAlgos()) {
     Case c = MakeCase(Base());
     Fill(c.g, DType::kF32, [](int64_t) { return -FLT_MAX; });
@@ -234,9 +231,9 @@ TEST(ExtremeValues, HugeKeyNormsAreReportedByCheckValues) {
 // With use_qk_l2norm the rows are normalised first, so any finite row gives
 // a unit row: keys and queries of norm 1e20 must give the same result as
 // norm 1 (the FP64 reference normalises exactly).
-// BUG (reported to the lead): kernels/load-inl.h L2NormalizeRow and
-// decode.cc L2Normalize sum x^2 in FP32, which overflows to Inf for a row norm
-// above ~1.8e19, so the row becomes 0 and the result is silently wrong.
+// Regression (found by this test, fixed by FP64 sums of squares): the sums
+// of x^2 were FP32 and overflowed to Inf above a row norm of ~1.8e19, so the
+// row became 0 and the result was silently wrong.
 TEST(ExtremeValues, HugeRowsWithL2Norm) {
   for (Algo a : AllAlgos()) {
     CaseSpec s = Base();

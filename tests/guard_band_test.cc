@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -166,19 +167,33 @@ TEST(GuardBand, InPlaceStateUpdate) {
   });
 }
 
-// A rejected call writes nothing at all, guards or payload.
+// A rejected call writes nothing at all, guards or payload: bad lengths, and
+// option enums holding values outside their enumerators (the api fuzzer
+// found these reaching the planner, which failed with an internal error).
 TEST(GuardBand, RejectedCallWritesNothing) {
-  Case c = MakeCase(SpecOf(kShapes[1], kDTypes[0]));
-  Guarded out(c.out.size(), 4), state(c.final_state.size(), 4);
-  Outputs o = c.outputs();
-  o.out.data = out.data();
-  o.final_state.data = state.data();
-  c.seq_lens[0] += 1;  // lengths no longer sum to T
-  const auto out_before = out.payload(), state_before = state.payload();
-  EXPECT_FALSE(cgdr::Run(c.inputs(), o, c.options()).ok());
-  EXPECT_EQ(out.payload(), out_before);
-  EXPECT_EQ(state.payload(), state_before);
-  EXPECT_EQ(out.FirstDamagedGuard(), -1);
+  const std::pair<const char*, std::function<void(Case&, Options&)>> kBad[] = {
+      {"seq_lens", [](Case& c, Options&) { c.seq_lens[0] += 1; }},  // lengths no longer sum to T
+      {"options.algo", [](Case&, Options& o) { o.algo = static_cast<Algo>(2); }},
+      {"options.algo", [](Case&, Options& o) { o.algo = static_cast<Algo>(255); }},
+      {"options.state_layout", [](Case&, Options& o) { o.state_layout = static_cast<StateLayout>(2); }},
+  };
+  for (const auto& [name, mutate] : kBad) {
+    Case c = MakeCase(SpecOf(kShapes[1], kDTypes[0]));
+    Options opt = c.options();
+    mutate(c, opt);
+    Guarded out(c.out.size(), 4), state(c.final_state.size(), 4);
+    Outputs o = c.outputs();
+    o.out.data = out.data();
+    o.final_state.data = state.data();
+    const auto out_before = out.payload(), state_before = state.payload();
+    const Status s = cgdr::Run(c.inputs(), o, opt);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << name << ": " << s.message();
+    EXPECT_EQ(s.message().rfind(std::string(name) + ":", 0), 0u) << s.message();
+    EXPECT_EQ(out.payload(), out_before) << name;
+    EXPECT_EQ(state.payload(), state_before) << name;
+    EXPECT_EQ(out.FirstDamagedGuard(), -1) << name;
+    EXPECT_EQ(state.FirstDamagedGuard(), -1) << name;
+  }
 }
 
 // ---- decode: state pool updated in place through indices.
