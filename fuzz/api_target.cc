@@ -34,10 +34,10 @@ constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMaxRealBytes = 1 << 16;      // total bytes of a real-backed problem
 constexpr int64_t kMaxRunWork = 1 << 14;        // T * Nv * Dk * Dv for an actual run
 constexpr int64_t kMaxSeqLens = 4096;           // seq_lens is always real
-// MakePlan keeps a vector of B * Nv * Dv entries and an item per (sequence,
-// head, tile) whatever T is (reported: plan memory grows with B * Nv * Dv
-// even for empty sequences and no state); the fuzzer keeps it small.
-constexpr int64_t kMaxPlanCells = 1 << 16;
+// MakePlan keeps an item per (sequence with work, head, V tile): memory in
+// proportion to the caller's out rows or final state, which here are virtual
+// (no backing), so the fuzzer bounds the count itself.
+constexpr int64_t kMaxPlanItems = 1 << 16;
 
 int64_t Dim(ByteReader& r) {
   const uint8_t b = r.U8();
@@ -135,6 +135,8 @@ Options MutateOptions(ByteReader& r, Options opt) {
                                 std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()});
   }
   if (which & 128) opt.state_layout = r.Pick<StateLayout>({StateLayout::kVK, StateLayout::kKV, static_cast<StateLayout>(2)});
+  if (r.U8() & 1) opt.precision = r.Pick<Precision>({Precision::kFp32, Precision::kBf16, Precision::kBf16x3,
+                                                    Precision::kBf16x4, static_cast<Precision>(4), static_cast<Precision>(255)});
   return opt;
 }
 
@@ -314,7 +316,9 @@ void FuzzPrefill(ByteReader& r) {
     return;
   }
   CheckAccepted(in, out, p);
-  if (p.B * p.Nv * p.Dv <= kMaxPlanCells && p.options.threads <= 64) {
+  int64_t sequences_with_work = 0;
+  for (int64_t len : p.seq_lens) sequences_with_work += len > 0 || p.want_final_state;
+  if (sequences_with_work * p.Nv * p.Dv <= kMaxPlanItems && p.options.threads <= 64) {
     Plan plan;
     const Status ps = MakePlan(p, DefaultProfile(), &plan);
     FUZZ_CHECK(ps.ok(), "MakePlan failed on a validated problem: " + ps.message());

@@ -2,6 +2,9 @@
 // threads would idle, and the plan prints its choices.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "cgdr/plan.hpp"
 
 namespace cgdr {
@@ -84,6 +87,38 @@ TEST(Plan, CheckPlanCatchesBrokenPlans) {
   Plan gap = plan;
   gap.items[0].v_width -= 1;
   EXPECT_FALSE(CheckPlan(gap).ok());
+  // A missing item, and a duplicated one scheduled once each.
+  Plan missing = plan;
+  const int64_t last = static_cast<int64_t>(missing.items.size()) - 1;
+  missing.items.pop_back();
+  for (auto& list : missing.per_thread) list.erase(std::remove(list.begin(), list.end(), last), list.end());
+  EXPECT_FALSE(CheckPlan(missing).ok());
+  Plan twice = plan;
+  twice.items.push_back(twice.items[0]);
+  twice.per_thread[0].push_back(static_cast<int64_t>(twice.items.size()) - 1);
+  EXPECT_FALSE(CheckPlan(twice).ok());
+}
+
+// Empty sequences need items only to write their final state: a million of
+// them without states plan to nothing (plan memory does not grow with B), and
+// with a final state to one item per (sequence, head, tile).
+TEST(Plan, EmptySequencesCostItemsOnlyForAFinalState) {
+  std::vector<int64_t> lens(1000000, 0);
+  lens[500000] = 3;
+  Problem p = MakeProblem(lens, 2, 4, 64, 64, 2);
+  Plan plan;
+  ASSERT_TRUE(MakePlan(p, MachineProfile{}, &plan).ok());
+  EXPECT_TRUE(CheckPlan(plan).ok());
+  EXPECT_EQ(static_cast<int64_t>(plan.items.size()), 4 * plan.v_tiles);
+  for (const WorkItem& it : plan.items) EXPECT_EQ(it.seq, 500000);
+
+  p.seq_lens.assign(5, 0);
+  p.B = 5;
+  p.T = 0;
+  p.want_final_state = true;
+  ASSERT_TRUE(MakePlan(p, MachineProfile{}, &plan).ok());
+  EXPECT_TRUE(CheckPlan(plan).ok());
+  EXPECT_EQ(static_cast<int64_t>(plan.items.size()), 5 * 4 * plan.v_tiles);
 }
 
 TEST(Plan, PrintsChoicesAndReasons) {

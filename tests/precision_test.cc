@@ -80,38 +80,48 @@ TEST(Precision, NamesParseAndPlan) {
   EXPECT_NE(s.message().find("options.precision"), std::string::npos) << s.message();
 }
 
-TEST(Precision, EveryModeEveryTargetEveryChunkedAlgoOddShapes) {
+// One test per mode, so ctest runs the modes in parallel. f32 inputs on
+// every target; bf16 inputs (bf16 output rounding on top of the mode) on the
+// dispatched one. C = 32 shares its code with 16 and 64 (only the inverse's
+// depth differs) and runs on the dispatched target only.
+class PrecisionAccuracy : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(PrecisionAccuracy, EveryTargetEveryChunkedAlgoOddShapes) {
+  const Precision p = GetParam();
   for (DType dt : {DType::kF32, DType::kBF16}) {
     const CaseSpec spec = OddSpec(dt);
-    ForEachTarget([&](const std::string& target) {
-      for (Algo a : kChunked) {
-        double fp32_out = 0.0, fp32_state = 0.0;
-        for (Precision p : kModes) {
-          Case c = MakeCase(spec);
-          Options opt = c.options();
-          opt.algo = a;
-          opt.precision = p;
-          opt.threads = 2;
-          const Errors e = RunAndCompare(c, opt);
-          // Tolerance of the mode over SPEC 6's limit for the stored dtype
-          // (out is bf16 for bf16 inputs; the state is f32).
-          const std::string what = target + " " + AlgoName(a) + " " + PrecisionName(p) + " " + DTypeName(dt);
-          EXPECT_LE(e.out, Tolerance(p, e.out_limit)) << what;
-          EXPECT_LE(e.state, Tolerance(p, e.state_limit)) << what;
-          if (p == Precision::kFp32) {
-            fp32_out = e.out;
-            fp32_state = e.state;
-          }
-          if (p == Precision::kBf16x3 || p == Precision::kBf16x4) {
-            // Compensated: within 2x of fp32's own error (floor: the fp32 tolerance, for exact-ish cases).
-            EXPECT_LE(e.out, std::max(2.0 * fp32_out, Tolerance(Precision::kFp32, e.out_limit))) << what;
-            EXPECT_LE(e.state, std::max(2.0 * fp32_state, Tolerance(Precision::kFp32, e.state_limit))) << what;
-          }
-        }
+    const auto check = [&](const std::string& target, Algo a) {
+      Case c = MakeCase(spec);
+      Options opt = c.options();
+      opt.algo = a;
+      opt.threads = 2;
+      const Errors fp32 = RunAndCompare(c, opt);
+      opt.precision = p;
+      const Errors e = p == Precision::kFp32 ? fp32 : RunAndCompare(c, opt);
+      // Tolerance of the mode over SPEC 6's limit for the stored dtype
+      // (out is bf16 for bf16 inputs; the state is f32).
+      const std::string what = target + " " + AlgoName(a) + " " + PrecisionName(p) + " " + DTypeName(dt);
+      EXPECT_LE(e.out, Tolerance(p, e.out_limit)) << what;
+      EXPECT_LE(e.state, Tolerance(p, e.state_limit)) << what;
+      if (p == Precision::kBf16x3 || p == Precision::kBf16x4) {
+        // Compensated: within 2x of fp32's own error (floor: the fp32 tolerance, for exact-ish cases).
+        EXPECT_LE(e.out, std::max(2.0 * fp32.out, Tolerance(Precision::kFp32, e.out_limit))) << what;
+        EXPECT_LE(e.state, std::max(2.0 * fp32.state, Tolerance(Precision::kFp32, e.state_limit))) << what;
       }
-    });
+    };
+    if (dt == DType::kF32) {
+      ForEachTarget([&](const std::string& target) {
+        for (Algo a : {Algo::kChunk16, Algo::kChunk64}) check(target, a);
+      });
+      check(ActiveTarget(), Algo::kChunk32);
+    } else {
+      for (Algo a : kChunked) check(ActiveTarget(), a);
+    }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, PrecisionAccuracy, ::testing::ValuesIn(kModes),
+                         [](const ::testing::TestParamInfo<Precision>& info) { return std::string(PrecisionName(info.param)); });
 
 // f16 in/out (the flagship's dtype): SPEC 6's limit, doubled for bf16x3.
 TEST(Precision, CompensatedF16WithinTwiceSpec6) {
@@ -130,37 +140,40 @@ TEST(Precision, CompensatedF16WithinTwiceSpec6) {
   }
 }
 
+// On the dispatched target (the hardware bf16 path where the CPU has it):
+// the partition into items and V tiles is the same code for every target and
+// mode, and Determinism.BitwiseAcrossThreadsAndVTilesEveryTargetEveryAlgo
+// covers every target; here every mode goes through it.
 TEST(Precision, BitwiseAcrossThreadsAndVTilesEveryMode) {
   CaseSpec spec = OddSpec(DType::kF32);
   spec.lens = {130, 1, 47};
-  ForEachTarget([&](const std::string& target) {
-    for (Precision p : kModes) {
-      for (Algo a : kChunked) {
-        std::vector<uint8_t> out0, state0;
-        bool first = true;
-        for (int threads : {1, 2, 5}) {
-          for (int v_step : {0, 16}) {
-            Case c = MakeCase(spec);
-            Options opt = c.options();
-            opt.algo = a;
-            opt.precision = p;
-            opt.threads = threads;
-            opt.v_step = v_step;
-            ASSERT_TRUE(cgdr::Run(c.inputs(), c.outputs(), opt).ok());
-            if (first) {
-              out0 = c.out;
-              state0 = c.final_state;
-              first = false;
-            } else {
-              EXPECT_EQ(c.out, out0) << target << " " << PrecisionName(p) << " " << AlgoName(a) << " threads=" << threads
-                                     << " v_step=" << v_step;
-              EXPECT_EQ(c.final_state, state0) << target << " " << PrecisionName(p) << " " << AlgoName(a);
-            }
-          }
+  struct Split {
+    int threads, v_step;
+  };
+  for (Precision p : kModes) {
+    for (Algo a : {Algo::kChunk16, Algo::kChunk64}) {
+      std::vector<uint8_t> out0, state0;
+      bool first = true;
+      for (const Split split : {Split{1, 0}, Split{2, 16}, Split{5, 0}, Split{3, 32}}) {
+        Case c = MakeCase(spec);
+        Options opt = c.options();
+        opt.algo = a;
+        opt.precision = p;
+        opt.threads = split.threads;
+        opt.v_step = split.v_step;
+        ASSERT_TRUE(cgdr::Run(c.inputs(), c.outputs(), opt).ok());
+        if (first) {
+          out0 = c.out;
+          state0 = c.final_state;
+          first = false;
+        } else {
+          EXPECT_EQ(c.out, out0) << PrecisionName(p) << " " << AlgoName(a) << " threads=" << split.threads
+                                 << " v_step=" << split.v_step;
+          EXPECT_EQ(c.final_state, state0) << PrecisionName(p) << " " << AlgoName(a);
         }
       }
     }
-  });
+  }
 }
 
 // hi = bf16(x) (nearest even), lo = bf16(x - hi); x with a significand of at

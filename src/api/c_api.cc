@@ -3,6 +3,7 @@
 // message of a failure in a per-thread string.
 #include "cgdr/cgdr.h"
 
+#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
@@ -35,18 +36,30 @@ cgdr_status FromStatus(const cgdr::Status& s) {
   }
 }
 
+// The int a C caller stored in an enum-typed field or argument. C lets any
+// int through; in C++ loading a value outside the enumerators' range is
+// undefined (UBSan reports it), so the bits are read as an int first.
+template <class Enum>
+int RawEnum(const Enum& e) {
+  static_assert(sizeof(Enum) == sizeof(int), "C enums are int-sized");
+  int v = 0;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 // Maps a C descriptor to a view, rejecting what the C++ side cannot express
 // (unknown dtype enum values, ranks outside 0..4) with the tensor's name.
 cgdr::Status ToView(const char* name, const cgdr_tensor& t, cgdr::TensorView* v) {
   *v = cgdr::TensorView();
   if (t.data == nullptr) return cgdr::Status::Ok();  // absent; required ones are reported by validation
-  switch (t.dtype) {
+  const int dtype = RawEnum(t.dtype);
+  switch (dtype) {
     case CGDR_F16: v->dtype = cgdr::DType::kF16; break;
     case CGDR_BF16: v->dtype = cgdr::DType::kBF16; break;
     case CGDR_F32: v->dtype = cgdr::DType::kF32; break;
     case CGDR_I32: v->dtype = cgdr::DType::kI32; break;
     default:
-      return cgdr::Status::Invalid(std::string(name) + ": unknown dtype enum value " + std::to_string(static_cast<int>(t.dtype)));
+      return cgdr::Status::Invalid(std::string(name) + ": unknown dtype enum value " + std::to_string(dtype));
   }
   if (t.rank < 0 || t.rank > CGDR_MAX_RANK) {
     return cgdr::Status::Invalid(std::string(name) + ": expected rank 0.." + std::to_string(CGDR_MAX_RANK) + ", got " +
@@ -112,11 +125,12 @@ cgdr_status cgdr_options_set_qk_l2norm(cgdr_options* opt, int enable) {
 
 cgdr_status cgdr_options_set_state_layout(cgdr_options* opt, cgdr_state_layout layout) {
   if (!opt) return NullHandle("cgdr_options_set_state_layout");
-  if (layout != CGDR_LAYOUT_VK && layout != CGDR_LAYOUT_KV) {
+  const int raw = RawEnum(layout);
+  if (raw != CGDR_LAYOUT_VK && raw != CGDR_LAYOUT_KV) {
     return Fail(CGDR_INVALID_ARGUMENT, "cgdr_options_set_state_layout: expected CGDR_LAYOUT_VK (0) or CGDR_LAYOUT_KV (1), got " +
-                                           std::to_string(static_cast<int>(layout)));
+                                           std::to_string(raw));
   }
-  opt->options.state_layout = layout == CGDR_LAYOUT_KV ? cgdr::StateLayout::kKV : cgdr::StateLayout::kVK;
+  opt->options.state_layout = raw == CGDR_LAYOUT_KV ? cgdr::StateLayout::kKV : cgdr::StateLayout::kVK;
   return CGDR_OK;
 }
 

@@ -339,7 +339,9 @@ std::vector<int64_t> DecodeTargets() {
 void DecodeBF16ToF32(const uint16_t* src, int64_t n, float* dst) { HWY_DYNAMIC_DISPATCH(BF16ToF32Row)(src, n, dst); }
 void DecodeF32ToBF16(const float* src, int64_t n, uint16_t* dst) { HWY_DYNAMIC_DISPATCH(F32ToBF16Row)(src, n, dst); }
 
-Status DecodeStep(const DecodeInputs& in, const DecodeOutputs& out, const Options& opt) {
+namespace {
+
+Status ValidateAndRun(const DecodeInputs& in, const DecodeOutputs& out, const Options& opt) {
   DecodeProblem p;
   Status s = ValidateDecode(in, out, opt, &p);
   if (!s.ok()) return s;
@@ -363,6 +365,18 @@ Status DecodeStep(const DecodeInputs& in, const DecodeOutputs& out, const Option
     RunItem(p, in, out, item / p.Nv, item % p.Nv, scratch[static_cast<size_t>(tid)], head);
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+// Validation allocates too (the index check sorts a copy of the indices):
+// any allocation failure becomes kResourceExhausted, before a state is written.
+Status DecodeStep(const DecodeInputs& in, const DecodeOutputs& out, const Options& opt) {
+  try {
+    return ValidateAndRun(in, out, opt);
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kResourceExhausted, "decode: out of memory while validating or allocating scratch");
+  }
 }
 
 }  // namespace cgdr

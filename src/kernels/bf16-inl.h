@@ -188,6 +188,7 @@ HWY_INLINE hn::Vec<DBF> FlushDenormal(hn::Vec<DBF> x) {
 }
 
 struct DotEmu {
+  static constexpr bool kSmallBlocks = true;  // gemm_bf16-body.h
   static HWY_INLINE hn::Vec<DBF> Apply(hn::Vec<DBF> acc, VU32 a, VU32 b) {
     const DBF d;
     const DU32 du;

@@ -5,7 +5,8 @@
 // order (segments, then k ascending) whatever the blocking, so results do not
 // depend on the V tile width or the thread count (SPEC 5: bitwise identical).
 //
-// Per-target code: included once per Highway target by kernels.cc.
+// Per-target code: included once per Highway target. The definitions are in
+// gemm.cc, their own translation unit.
 #if defined(CGDR_KERNELS_GEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef CGDR_KERNELS_GEMM_INL_H_
 #undef CGDR_KERNELS_GEMM_INL_H_
@@ -94,74 +95,6 @@ struct Panels {
   }
 };
 
-template <int R, int NV, bool kNegate>
-HWY_INLINE void AccumulateSegment(DF d, const Segment& s, int64_t r0, int64_t c0, VF (&acc)[R][NV]) {
-  const size_t N = hn::Lanes(d);
-  const float* a = s.a + r0 * s.lda;
-  // Dense part: every row of the block may read k < r0 (or all k if not lower).
-  const int64_t dense_end = s.lower ? std::min<int64_t>(s.k, r0) : s.k;
-  for (int64_t kk = 0; kk < dense_end; ++kk) {
-    const float* brow = s.b + kk * s.ldb + c0;
-    VF b[NV];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) b[v] = hn::Load(d, brow + v * N);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const VF av = hn::Set(d, a[r * s.lda + kk * s.a_kstride]);
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[r][v] = kNegate ? hn::NegMulAdd(av, b[v], acc[r][v]) : hn::MulAdd(av, b[v], acc[r][v]);
-    }
-  }
-  if (!s.lower) return;
-  // Triangle: k = r0 + j is read only by rows r >= j. Loops have compile-time
-  // bounds so acc[][] is indexed statically and stays in registers.
-#pragma GCC unroll 8
-  for (int j = 0; j < R; ++j) {
-    const int64_t kk = r0 + j;
-    if (kk >= s.k) break;
-    const float* brow = s.b + kk * s.ldb + c0;
-    VF b[NV];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) b[v] = hn::Load(d, brow + v * N);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      if (r < j) continue;
-      const VF av = hn::Set(d, a[r * s.lda + kk * s.a_kstride]);
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[r][v] = kNegate ? hn::NegMulAdd(av, b[v], acc[r][v]) : hn::MulAdd(av, b[v], acc[r][v]);
-    }
-  }
-}
-
-template <int R, int NV>
-HWY_INLINE void GemmTile(DF d, const GemmJob& job, int64_t r0, int64_t c0) {
-  const size_t N = hn::Lanes(d);
-  VF acc[R][NV];
-  if (job.c_init) {
-    const VF alpha = hn::Set(d, job.alpha);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[r][v] = hn::Mul(alpha, hn::Load(d, job.c_init + (r0 + r) * job.ld_init + c0 + v * N));
-  } else {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[r][v] = hn::Zero(d);
-  }
-  for (int s = 0; s < job.segments; ++s) {
-    if (job.seg[s].negate) {
-      AccumulateSegment<R, NV, true>(d, job.seg[s], r0, c0, acc);
-    } else {
-      AccumulateSegment<R, NV, false>(d, job.seg[s], r0, c0, acc);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) hn::Store(acc[r][v], d, job.c + (r0 + r) * job.ldc + c0 + v * N);
-}
-
 // Rows per register block for NV column vectors: enough independent FMA
 // chains (>= 8: 4-cycle latency, 2 pipes) within the register file. A
 // narrow product (one vector of columns, e.g. K K^T for C = 16) needs many
@@ -175,33 +108,8 @@ constexpr int RowsPerBlock() {
 #endif
 }
 
-// Columns [c0, c0 + NV vectors) for every row block. Column panels are the
-// outer loop so one panel of B stays in L1 while all row blocks stream past.
-template <int NV>
-HWY_INLINE void GemmColumnPanel(DF d, const GemmJob& job, int64_t c0) {
-  constexpr int R = RowsPerBlock<NV>();
-  // Lower-triangular results need columns <= row only: rows before c0 skip the panel.
-  int64_t r0 = job.lower_result ? std::min<int64_t>(job.rows, c0) : 0;
-  for (; r0 + R <= job.rows; r0 += R) GemmTile<R, NV>(d, job, r0, c0);
-  if constexpr (R > 4) {
-    for (; r0 + 4 <= job.rows; r0 += 4) GemmTile<4, NV>(d, job, r0, c0);
-  }
-  for (; r0 < job.rows; ++r0) GemmTile<1, NV>(d, job, r0, c0);
-}
-
-HWY_NOINLINE void Gemm(const GemmJob& job) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t vecs = job.cols / N;
-  int64_t v = 0;
-  for (; v + kBlockVecs <= vecs; v += kBlockVecs) GemmColumnPanel<kBlockVecs>(d, job, v * N);
-  switch (vecs - v) {
-    case 1: GemmColumnPanel<1>(d, job, v * N); break;
-    case 2: if constexpr (kBlockVecs > 2) GemmColumnPanel<2>(d, job, v * N); break;
-    case 3: if constexpr (kBlockVecs > 3) GemmColumnPanel<3>(d, job, v * N); break;
-    default: break;
-  }
-}
+// C = the job's product (above). Defined once per target in gemm.cc.
+void Gemm(const GemmJob& job);
 
 }  // namespace HWY_NAMESPACE
 }  // namespace cgdr

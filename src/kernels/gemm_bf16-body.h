@@ -8,6 +8,16 @@
 // (segments, then k pairs ascending; per pair lo*lo, lo*hi, hi*lo, hi*hi), so
 // results do not depend on blocking or thread count.
 
+// Register blocks: the hardware step uses Gemm()'s blocks; the emulation
+// (Dot::kSmallBlocks), tens of instructions per step, uses small ones, which
+// changes no result (one chain per element) and keeps its compile time and
+// code size down.
+constexpr int kPackedBlockVecs = Dot::kSmallBlocks ? 1 : kBlockVecs;
+template <int NV>
+constexpr int PackedRowsPerBlock() {
+  return Dot::kSmallBlocks ? (HWY_NATIVE_FMA ? 4 : 1) : RowsPerBlock<NV>();
+}
+
 template <int R, int NV, bool kALo, bool kBLo, bool kLoLo>
 HWY_INLINE void AccumulatePacked(const PackedSeg& s, int64_t r0, int64_t c0, hn::Vec<DBF> (&acc)[R][NV]) {
   const DU32 du;
@@ -123,13 +133,15 @@ HWY_INLINE void PackedTile(const PackedJob& job, int64_t r0, int64_t c0) {
 
 template <int NV>
 HWY_INLINE void PackedColumnPanel(const PackedJob& job, int64_t c0) {
-  constexpr int R = RowsPerBlock<NV>();
+  constexpr int R = PackedRowsPerBlock<NV>();
   int64_t r0 = job.lower_result ? std::min<int64_t>(job.rows, c0) : 0;
   for (; r0 + R <= job.rows; r0 += R) PackedTile<R, NV>(job, r0, c0);
   if constexpr (R > 4) {
     for (; r0 + 4 <= job.rows; r0 += 4) PackedTile<4, NV>(job, r0, c0);
   }
-  for (; r0 < job.rows; ++r0) PackedTile<1, NV>(job, r0, c0);
+  if constexpr (R > 1) {
+    for (; r0 < job.rows; ++r0) PackedTile<1, NV>(job, r0, c0);
+  }
 }
 
 inline HWY_NOINLINE void RunPacked(const PackedJob& job) {
@@ -137,11 +149,11 @@ inline HWY_NOINLINE void RunPacked(const PackedJob& job) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t vecs = job.cols / N;
   int64_t v = 0;
-  for (; v + kBlockVecs <= vecs; v += kBlockVecs) PackedColumnPanel<kBlockVecs>(job, v * N);
+  for (; v + kPackedBlockVecs <= vecs; v += kPackedBlockVecs) PackedColumnPanel<kPackedBlockVecs>(job, v * N);
   switch (vecs - v) {
-    case 1: PackedColumnPanel<1>(job, v * N); break;
-    case 2: if constexpr (kBlockVecs > 2) PackedColumnPanel<2>(job, v * N); break;
-    case 3: if constexpr (kBlockVecs > 3) PackedColumnPanel<3>(job, v * N); break;
+    case 1: if constexpr (kPackedBlockVecs > 1) PackedColumnPanel<1>(job, v * N); break;
+    case 2: if constexpr (kPackedBlockVecs > 2) PackedColumnPanel<2>(job, v * N); break;
+    case 3: if constexpr (kPackedBlockVecs > 3) PackedColumnPanel<3>(job, v * N); break;
     default: break;
   }
 }

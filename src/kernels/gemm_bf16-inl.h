@@ -1,11 +1,10 @@
-// GemmBf16(): the products of Gemm() (gemm-inl.h, same GemmJob) in the bf16
-// precision modes. Operands are rounded (kBf16) or split hi + lo (kBf16x3,
-// kBf16x4) and packed as bf16 pairs along k once per product (the CPU analogue
-// of the seeds' NZ panels), then multiplied on vdpbf16ps where the CPU has
-// AVX512_BF16 (AVX3 target) and on its exact emulation elsewhere: the same
-// bits on every target.
+// GemmPrec(): the products of Gemm() (gemm-inl.h) in the plan's precision.
+// FP32 runs Gemm() itself; the bf16 modes run GemmBf16(), which is declared
+// here and defined once per target in gemm_bf16.cc (its own translation unit:
+// the packed micro-kernel is compiled twice per target, for the emulation and
+// for vdpbf16ps, and does not depend on the Dk bucket).
 //
-// Per-target code: included once per Highway target by kernels.cc.
+// Per-target code: included once per Highway target.
 #if defined(CGDR_KERNELS_GEMM_BF16_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef CGDR_KERNELS_GEMM_BF16_INL_H_
 #undef CGDR_KERNELS_GEMM_BF16_INL_H_
@@ -13,138 +12,20 @@
 #define CGDR_KERNELS_GEMM_BF16_INL_H_
 #endif
 
-#include <algorithm>
 #include <cstdint>
 
 #include "cgdr/cgdr.hpp"
 #include "hwy/highway.h"
-#include "kernels/bf16-inl.h"
 #include "kernels/gemm-inl.h"
-#include "kernels/kernels.h"
 #include "plan/scratch_layout.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace cgdr {
 namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
 
-// One packed A*B term: pair p of row i of A at a[i * a_ld + p * a_pstride],
-// pair p of column c of B at b[p * b_ld + c]; kp pairs (k rounded up to even,
-// padding zero). Negation is folded into A's sign bits.
-struct PackedSeg {
-  const uint32_t* a_hi = nullptr;
-  const uint32_t* a_lo = nullptr;
-  int64_t a_ld = 0, a_pstride = 1;
-  const uint32_t* b_hi = nullptr;
-  const uint32_t* b_lo = nullptr;
-  int64_t b_ld = 0;
-  int64_t kp = 0;
-  bool lower = false;
-  bool a_has_lo = false, b_has_lo = false;  // lo halves present and not all zero
-};
-
-struct PackedJob {
-  int64_t rows = 0, cols = 0;
-  float* c = nullptr;
-  int64_t ldc = 0;
-  const float* c_init = nullptr;
-  int64_t ld_init = 0;
-  float alpha = 1.0f;
-  PackedSeg seg[2];
-  int segments = 1;
-  bool lower_result = false;
-  bool lolo = false;  // kBf16x4: the lo*lo term too
-};
-
-namespace bf16_emu {
-using Dot = DotEmu;
-#include "kernels/gemm_bf16-body.h"
-}  // namespace bf16_emu
-
-}  // namespace HWY_NAMESPACE
-}  // namespace cgdr
-HWY_AFTER_NAMESPACE();
-
-// The hardware path: vdpbf16ps (AVX512_BF16), compiled on the AVX3 target in
-// a region that also enables avx512bf16 (Highway 1.0.3 has no target for it),
-// and called only when the CPU reports AVX512_BF16 (Bf16HardwareEnabled()).
-#undef CGDR_HAVE_BF16_HW
-#if HWY_TARGET == HWY_AVX3
-#define CGDR_HAVE_BF16_HW 1
-HWY_BEFORE_NAMESPACE();
-#pragma GCC push_options
-#pragma GCC target("avx512bf16,avx512f,avx512vl,avx512bw")
-namespace cgdr {
-namespace HWY_NAMESPACE {
-namespace bf16_hw {
-struct Dot {
-  static HWY_INLINE hn::Vec<DBF> Apply(hn::Vec<DBF> acc, VU32 a, VU32 b) {
-    return hn::Vec<DBF>{_mm512_dpbf16_ps(acc.raw, (__m512bh)a.raw, (__m512bh)b.raw)};
-  }
-};
-#include "kernels/gemm_bf16-body.h"
-inline HWY_NOINLINE void DotOnce(hn::Vec<DBF>* acc, VU32 a, VU32 b) { *acc = Dot::Apply(*acc, a, b); }
-}  // namespace bf16_hw
-}  // namespace HWY_NAMESPACE
-}  // namespace cgdr
-#pragma GCC pop_options
-HWY_AFTER_NAMESPACE();
-#else
-#define CGDR_HAVE_BF16_HW 0
-#endif
-
-HWY_BEFORE_NAMESPACE();
-namespace cgdr {
-namespace HWY_NAMESPACE {
-
-HWY_INLINE void RunPackedJob(const PackedJob& pj) {
-#if CGDR_HAVE_BF16_HW
-  if (Bf16HardwareEnabled()) {
-    bf16_hw::RunPacked(pj);
-    return;
-  }
-#endif
-  bf16_emu::RunPacked(pj);
-}
-
-// job as for Gemm(); `pack` is ScratchLayout::pack (8 parts of `part` words).
-inline HWY_NOINLINE void GemmBf16(const GemmJob& job, Precision prec, uint32_t* HWY_RESTRICT pack, int64_t part) {
-  const bool split = prec != Precision::kBf16;
-  PackedJob pj;
-  pj.rows = job.rows; pj.cols = job.cols; pj.c = job.c; pj.ldc = job.ldc;
-  pj.c_init = job.c_init; pj.ld_init = job.ld_init; pj.alpha = job.alpha;
-  pj.segments = job.segments; pj.lower_result = job.lower_result;
-  pj.lolo = prec == Precision::kBf16x4;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(DBF()));
-  for (int si = 0; si < job.segments; ++si) {
-    const Segment& s = job.seg[si];
-    PackedSeg& ps = pj.seg[si];
-    uint32_t* a_hi = pack + (4 * si + 0) * part;
-    uint32_t* a_lo = split ? pack + (4 * si + 1) * part : nullptr;
-    uint32_t* b_hi = pack + (4 * si + 2) * part;
-    uint32_t* b_lo = split ? pack + (4 * si + 3) * part : nullptr;
-    const uint32_t sign = s.negate ? 0x80008000u : 0u;
-    ps.kp = (s.k + 1) / 2;
-    ps.lower = s.lower;
-    if (s.a_kstride == 1) {  // row-major A: pairs along its rows
-      ps.a_has_lo = PackPairsAlongK(s.a, s.lda, job.rows, s.k, s.lower, ps.kp, a_hi, a_lo, sign);
-      ps.a_ld = ps.kp;
-      ps.a_pstride = 1;
-    } else if (s.lda == 1 && !s.lower && job.rows % N == 0) {  // A read transposed: pairs across the source rows
-      ps.a_has_lo = PackPairsAcrossRows(s.a, s.a_kstride, s.k, job.rows, a_hi, a_lo, job.rows, sign);
-      ps.a_ld = 1;
-      ps.a_pstride = job.rows;
-    } else {
-      ps.a_has_lo = PackPairsScalar(s.a, s.lda, s.a_kstride, job.rows, s.k, s.lower, ps.kp, a_hi, a_lo, sign);
-      ps.a_ld = ps.kp;
-      ps.a_pstride = 1;
-    }
-    ps.b_has_lo = PackPairsAcrossRows(s.b, s.ldb, s.k, job.cols, b_hi, b_lo, job.cols, 0u);
-    ps.b_ld = job.cols;
-    ps.a_hi = a_hi; ps.a_lo = a_lo; ps.b_hi = b_hi; ps.b_lo = b_lo;
-  }
-  RunPackedJob(pj);
-}
+// job as for Gemm() in a bf16 precision mode; `pack` is ScratchLayout::pack
+// (8 parts of `part` words). Defined in gemm_bf16.cc.
+void GemmBf16(const GemmJob& job, Precision prec, uint32_t* HWY_RESTRICT pack, int64_t part);
 
 // Gemm() in the plan's precision: FP32 exactly as before, else GemmBf16().
 HWY_INLINE void GemmPrec(const GemmJob& job, Precision prec, const ScratchLayout& L, float* HWY_RESTRICT base) {
@@ -152,53 +33,6 @@ HWY_INLINE void GemmPrec(const GemmJob& job, Precision prec, const ScratchLayout
     Gemm(job);
   } else {
     GemmBf16(job, prec, reinterpret_cast<uint32_t*>(base + L.pack), L.pack_part);
-  }
-}
-
-// Test hook: n (a multiple of the lane count) lanes of acc += dpbf16(a, b),
-// on the hardware instruction when `hw` and available, else the emulation.
-inline HWY_NOINLINE void Bf16DotPairsImpl(const uint32_t* a, const uint32_t* b, float* acc, int64_t n, bool hw) {
-  const DBF d;
-  const DU32 du;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t i = 0; i + N <= n; i += N) {
-    const auto va = hn::LoadU(du, a + i), vb = hn::LoadU(du, b + i);
-    auto vacc = hn::LoadU(d, acc + i);
-#if CGDR_HAVE_BF16_HW
-    if (hw && Bf16HardwareEnabled()) {
-      bf16_hw::DotOnce(&vacc, va, vb);
-    } else {
-      vacc = DotEmu::Apply(vacc, va, vb);
-    }
-#else
-    (void)hw;
-    vacc = DotEmu::Apply(vacc, va, vb);
-#endif
-    hn::StoreU(vacc, d, acc + i);
-  }
-}
-
-// Test hook: the hi/lo split of n floats (vectors, then the scalar tail).
-inline HWY_NOINLINE void Bf16SplitImpl(const float* x, int64_t n, uint16_t* hi, uint16_t* lo) {
-  const DBF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  int64_t i = 0;
-  uint32_t h[64], l[64];  // >= lanes of any target
-  for (; i + N <= n; i += N) {
-    VU32 vh, vl;
-    SplitBf16(hn::LoadU(d, x + i), &vh, &vl);
-    hn::StoreU(vh, DU32(), h);
-    hn::StoreU(vl, DU32(), l);
-    for (int64_t j = 0; j < N; ++j) {
-      hi[i + j] = static_cast<uint16_t>(h[j]);
-      lo[i + j] = static_cast<uint16_t>(l[j]);
-    }
-  }
-  for (; i < n; ++i) {
-    uint32_t a, b;
-    SplitBf16Scalar(x[i], &a, &b);
-    hi[i] = static_cast<uint16_t>(a);
-    lo[i] = static_cast<uint16_t>(b);
   }
 }
 

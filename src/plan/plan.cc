@@ -7,6 +7,8 @@
 #include <numeric>
 #include <sstream>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include "plan/scratch_layout.h"
 
@@ -57,6 +59,9 @@ double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_
 }
 
 namespace {
+
+// Whether sequence b needs items: tokens to process, or a final state to write.
+bool SequenceHasWork(const Problem& p, int64_t b) { return p.seq_lens[b] > 0 || p.want_final_state; }
 
 int64_t WorkingSetBytes(int chunk, int64_t dk_pad, int64_t w) { return ScratchLayout(chunk, dk_pad, w).bytes(); }
 
@@ -135,10 +140,13 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
   why << "vStep=" << w << " (" << out.v_tiles << " tiles, working set " << out.working_set_bytes << " B of "
       << prof.cache_budget_bytes << " B budget)";
 
-  // Work items in (sequence, head, tile) order.
+  // Work items in (sequence, head, tile) order. An empty sequence has work
+  // only when the final state is wanted (it is the initial state, SPEC 1):
+  // without one, B empty sequences cost no items and no plan memory.
   int64_t t0 = 0;
   for (int64_t b = 0; b < p.B; ++b) {
     const int64_t len = p.seq_lens[b];
+    if (!SequenceHasWork(p, b)) continue;
     for (int64_t h = 0; h < p.Nv; ++h) {
       for (int64_t v0 = 0; v0 < p.Dv; v0 += w) {
         out.items.push_back(WorkItem{b, h, v0, std::min(w, p.Dv - v0), t0, len});
@@ -184,9 +192,10 @@ Status CheckPlan(const Plan& plan) {
                     plan.precision != Precision::kFp32 && plan.chunk > 1).bytes()) {
     return fail("scratch smaller than the kernel's layout");
   }
-  // Coverage: every (seq, head, v column) exactly once; tokens match seq_lens.
-  std::vector<int32_t> covered(static_cast<size_t>(p.B * p.Nv * p.Dv), 0);
-  std::vector<int32_t> scheduled(plan.items.size(), 0);
+  // Coverage: for every (seq, head) with work, its items tile [0, Dv) once,
+  // and no other item exists. Checked on the items sorted by (seq, head,
+  // v_begin), in memory proportional to the items, not to B * Nv * Dv.
+  std::vector<int64_t> scheduled(plan.items.size(), 0);
   for (const auto& list : plan.per_thread) {
     for (int64_t i : list) {
       if (i < 0 || i >= static_cast<int64_t>(plan.items.size())) return fail("item index out of range");
@@ -204,11 +213,36 @@ Status CheckPlan(const Plan& plan) {
       return fail("item V range");
     }
     if (it.tokens != p.seq_lens[it.seq] || it.token_begin != starts[it.seq]) return fail("item tokens");
-    for (int64_t v = it.v_begin; v < it.v_begin + it.v_width; ++v) ++covered[(it.seq * p.Nv + it.head) * p.Dv + v];
   }
-  for (int32_t c : covered) {
-    if (c != 1) return fail("an output column is covered " + std::to_string(c) + " times");
+  std::vector<int64_t> order(plan.items.size());
+  std::iota(order.begin(), order.end(), 0);
+  const auto key = [&](int64_t i) {
+    const WorkItem& it = plan.items[static_cast<size_t>(i)];
+    return std::make_tuple(it.seq, it.head, it.v_begin);
+  };
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key(a) < key(b); });
+  auto next_seq_with_work = [&](int64_t b) {
+    while (b < p.B && !SequenceHasWork(p, b)) ++b;
+    return b;
+  };
+  int64_t seq = next_seq_with_work(0), head = 0, v = 0;  // the next column expected
+  for (int64_t i : order) {
+    const WorkItem& it = plan.items[static_cast<size_t>(i)];
+    if (seq >= p.B || it.seq != seq || it.head != head || it.v_begin != v) {
+      return fail("item (seq " + std::to_string(it.seq) + ", head " + std::to_string(it.head) + ", v " +
+                  std::to_string(it.v_begin) + ") where (seq " + std::to_string(seq) + ", head " + std::to_string(head) +
+                  ", v " + std::to_string(v) + ") was expected: a column covered twice or not at all");
+    }
+    v += it.v_width;
+    if (v == p.Dv) {
+      v = 0;
+      if (++head == p.Nv) {
+        head = 0;
+        seq = next_seq_with_work(seq + 1);
+      }
+    }
   }
+  if (seq < p.B) return fail("sequence " + std::to_string(seq) + " head " + std::to_string(head) + " not covered");
   return Status::Ok();
 }
 

@@ -1,0 +1,277 @@
+// The item driver: walks one thread's list of work items (SPEC 5), in
+// groups of items of one sequence advanced chunk by chunk, for every
+// formulation (C = 1 token by token, C = 16..128 chunked). The definitions of
+// RunThreadItems<kDkPad> declared in items-inl.h; included only by bucket.cc,
+// which instantiates one Dk bucket per translation unit.
+//
+// Per-target code: included once per Highway target.
+#if defined(CGDR_KERNELS_ITEM_DRIVER_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef CGDR_KERNELS_ITEM_DRIVER_INL_H_
+#undef CGDR_KERNELS_ITEM_DRIVER_INL_H_
+#else
+#define CGDR_KERNELS_ITEM_DRIVER_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "cgdr/plan.hpp"
+#include "hwy/highway.h"
+#include "kernels/chunk-inl.h"
+#include "kernels/gemm-inl.h"
+#include "kernels/items-inl.h"
+#include "kernels/kside-inl.h"
+#include "kernels/load-inl.h"
+#include "kernels/recurrent-inl.h"
+#include "plan/scratch_layout.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace cgdr {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Address of element `index` of a tensor (64-bit offsets throughout: SPEC 3).
+inline const void* At(const TensorView& t, int64_t index) {
+  return static_cast<const uint8_t*>(t.data) + index * static_cast<int64_t>(DTypeSize(t.dtype));
+}
+inline void* AtMut(const TensorView& t, int64_t index) {
+  return static_cast<uint8_t*>(t.data) + index * static_cast<int64_t>(DTypeSize(t.dtype));
+}
+
+// Everything one work item reads, resolved once.
+struct ItemView {
+  const Problem* p;
+  const Inputs* in;
+  const Outputs* out;
+  const WorkItem* it;
+  int64_t hk;          // query/key head of value head it->head (grouped heads)
+  int64_t state_base;  // element offset of state (seq, head)
+  Precision plan_precision;  // plan.precision: arithmetic of the chunked products
+};
+
+// S tile [dk_pad x w_pad] (column panels) from initial_state (zero when
+// absent); zero padding.
+HWY_INLINE void LoadStateTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT S) {
+  const Problem& p = *iv.p;
+  const WorkItem& it = *iv.it;
+  const Panels sp(L.dk_pad, L);
+  for (int64_t i = 0; i < L.dk_pad * L.w_pad; ++i) S[i] = 0.0f;
+  const TensorView& init = iv.in->initial_state;
+  if (!init.present()) return;
+  if (p.options.state_layout == StateLayout::kKV) {
+    for (int64_t c0 = 0; c0 < it.v_width; c0 += sp.P) {
+      const int64_t pw = sp.Width(c0), cols = std::min(pw, it.v_width - c0);
+      for (int64_t r = 0; r < p.Dk; ++r) {
+        LoadRow(At(init, iv.state_base + r * p.Dv + it.v_begin + c0), init.dtype, cols, sp.Base(S, c0) + r * pw, pw);
+      }
+    }
+  } else {
+    float* line = base + L.line;
+    for (int64_t j = 0; j < it.v_width; ++j) {
+      LoadRow(At(init, iv.state_base + (it.v_begin + j) * p.Dk), init.dtype, p.Dk, line, p.Dk);
+      for (int64_t r = 0; r < p.Dk; ++r) *sp.At(S, r, j) = line[r];
+    }
+  }
+}
+
+// The FP32 state is rounded to the output dtype once, here (seeds 003 s.2).
+HWY_INLINE void StoreStateTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT S) {
+  const Problem& p = *iv.p;
+  const WorkItem& it = *iv.it;
+  const TensorView& fin = iv.out->final_state;
+  if (!fin.present()) return;
+  const Panels sp(L.dk_pad, L);
+  if (p.options.state_layout == StateLayout::kKV) {
+    for (int64_t c0 = 0; c0 < it.v_width; c0 += sp.P) {
+      const int64_t pw = sp.Width(c0), cols = std::min(pw, it.v_width - c0);
+      for (int64_t r = 0; r < p.Dk; ++r) {
+        StoreRow(sp.Base(S, c0) + r * pw, cols, fin.dtype, AtMut(fin, iv.state_base + r * p.Dv + it.v_begin + c0));
+      }
+    }
+  } else {
+    float* line = base + L.line;
+    for (int64_t j = 0; j < it.v_width; ++j) {
+      for (int64_t r = 0; r < p.Dk; ++r) line[r] = *sp.At(S, r, j);
+      StoreRow(line, p.Dk, fin.dtype, AtMut(fin, iv.state_base + (it.v_begin + j) * p.Dk));
+    }
+  }
+}
+
+// Rows [t, t + n) of q, k (normalised if asked), the V tile, beta and g into
+// the chunk panels.
+HWY_INLINE void LoadChunk(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t, int64_t n) {
+  const Problem& p = *iv.p;
+  const Inputs& in = *iv.in;
+  const int64_t h = iv.it->head;
+  ChunkVectors cv(base + L.vec, L.c_pad);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = t + i;
+    float* q = base + L.q + i * L.dk_pad;
+    float* k = base + L.k + i * L.dk_pad;
+    LoadRow(At(in.query, (row * p.Nk + iv.hk) * p.Dk), in.query.dtype, p.Dk, q, L.dk_pad);
+    LoadRow(At(in.key, (row * p.Nk + iv.hk) * p.Dk), in.key.dtype, p.Dk, k, L.dk_pad);
+    if (p.options.use_qk_l2norm) {
+      L2NormalizeRow(q, p.Dk);
+      L2NormalizeRow(k, p.Dk);
+    }
+    const Panels rp(L.c, L);
+    for (int64_t c0 = 0; c0 < L.w_pad; c0 += rp.P) {
+      const int64_t pw = rp.Width(c0), cols = std::clamp<int64_t>(iv.it->v_width - c0, 0, pw);
+      LoadRow(At(in.value, (row * p.Nv + h) * p.Dv + iv.it->v_begin + c0), in.value.dtype, cols,
+              rp.Base(base + L.vb, c0) + i * pw, pw);
+    }
+    cv.beta[i] = LoadAsF32(in.beta.data, in.beta.dtype, row * p.Nv + h);
+    cv.g[i] = p.has_g ? LoadAsF32(in.g.data, in.g.dtype, row * p.Nv + h) : 0.0f;
+  }
+}
+
+// Rows of the next chunk, for all heads of a group, into L2 while this one
+// computes. Rows are 4-8 KiB apart (strided by heads) and each item reads a
+// few hundred bytes of each: the hardware prefetchers do not see that
+// pattern, and the loads stalled on memory for a quarter of the non-product
+// time. `write` prepares output lines for the stores.
+HWY_INLINE void PrefetchSpan(const TensorView& t, int64_t first_elem, int64_t stride_elems, int64_t rows, int64_t width,
+                             bool write) {
+  const int64_t esize = static_cast<int64_t>(DTypeSize(t.dtype));
+  for (int64_t i = 0; i < rows; ++i) {
+    const uint8_t* row = static_cast<const uint8_t*>(At(t, first_elem + i * stride_elems));
+    for (int64_t b = 0; b < width * esize; b += 64) {
+      if (write) {
+        __builtin_prefetch(row + b, 1, 2);
+      } else {
+        __builtin_prefetch(row + b, 0, 2);
+      }
+    }
+  }
+}
+
+// Items of a group are consecutive (seq, head, tile) in plan order.
+HWY_INLINE void PrefetchGroupChunk(const ItemView* views, int64_t count, int64_t t, int64_t n) {
+  if (n <= 0) return;
+  const Problem& p = *views[0].p;
+  const Inputs& in = *views[0].in;
+  const WorkItem& a = *views[0].it;
+  const WorkItem& z = *views[count - 1].it;
+  const int64_t hk0 = views[0].hk, hk1 = views[count - 1].hk;
+  const int64_t v_first = a.head * p.Dv + a.v_begin, v_last = z.head * p.Dv + z.v_begin + z.v_width;
+  PrefetchSpan(in.query, (t * p.Nk + hk0) * p.Dk, p.Nk * p.Dk, n, (hk1 - hk0 + 1) * p.Dk, false);
+  PrefetchSpan(in.key, (t * p.Nk + hk0) * p.Dk, p.Nk * p.Dk, n, (hk1 - hk0 + 1) * p.Dk, false);
+  PrefetchSpan(in.value, t * p.Nv * p.Dv + v_first, p.Nv * p.Dv, n, v_last - v_first, false);
+  PrefetchSpan(views[0].out->out, t * p.Nv * p.Dv + v_first, p.Nv * p.Dv, n, v_last - v_first, true);
+}
+
+HWY_INLINE void StoreOutputRows(const ItemView& iv, const ScratchLayout& L, const float* HWY_RESTRICT o, int64_t t, int64_t n) {
+  const Problem& p = *iv.p;
+  const Panels rp(L.c, L);
+  for (int64_t c0 = 0; c0 < iv.it->v_width; c0 += rp.P) {
+    const int64_t pw = rp.Width(c0), cols = std::min(pw, iv.it->v_width - c0);
+    for (int64_t i = 0; i < n; ++i) {
+      StoreRow(rp.Base(o, c0) + i * pw, cols, iv.out->out.dtype,
+               AtMut(iv.out->out, ((t + i) * p.Nv + iv.it->head) * p.Dv + iv.it->v_begin + c0));
+    }
+  }
+}
+
+// C = 1: tokens [t, t + n) of one item (n <= kRecurrentSpan), token by
+// token, one state panel at a time so the panel stays in L1 for all n tokens.
+template <int kDkPad>
+HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT S,
+                              float scale, int64_t t, int64_t n) {
+  const int64_t dk = kDkPad ? kDkPad : L.dk_pad;
+  ChunkVectors cv(base + L.vec, L.c_pad);
+  LoadChunk(iv, L, base, t, n);
+  for (int64_t i = 0; i < n; ++i) cv.eG[i] = std::exp(cv.g[i]);
+  const Panels sp(L.dk_pad, L), rp(L.c, L);
+  for (int64_t c0 = 0; c0 < L.w_pad; c0 += sp.P) {
+    const int64_t pw = sp.Width(c0);
+    float* s = sp.Base(S, c0);
+    const float* v = rp.Base(base + L.vb, c0);
+    float* o = rp.Base(base + L.o, c0);
+    for (int64_t i = 0; i < n; ++i) {
+      RecurrentTokenPanel(s, dk, pw, base + L.q + i * L.dk_pad, base + L.k + i * L.dk_pad, v + i * pw, cv.beta[i],
+                          cv.eG[i], scale, o + i * pw);
+    }
+  }
+  StoreOutputRows(iv, L, base + L.o, t, n);
+}
+
+// C = 16 .. 128: one chunk [t, t + n) of one item, SPEC 4.
+template <int kDkPad>
+HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT S,
+                          float scale, int64_t t, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  ChunkVectors cv(base + L.vec, L.c_pad);
+  LoadChunk(iv, L, base, t, n);
+  const Precision prec = iv.plan_precision;
+  PrepareKSide<kDkPad>(L, base, n, scale, prec);
+  const Panels rp(L.c, L);
+  for (int64_t c0 = 0; c0 < L.w_pad; c0 += rp.P) {  // Vb = diag(beta) V
+    const int64_t pw = rp.Width(c0);
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = rp.Base(base + L.vb, c0) + i * pw;
+      const auto b = hn::Set(d, cv.beta[i]);
+      for (int64_t c = 0; c < pw; c += N) hn::Store(hn::Mul(b, hn::Load(d, row + c)), d, row + c);
+    }
+  }
+  ChunkVSide(L, base, S, n, prec);
+  StoreOutputRows(iv, L, base + L.o, t, n);
+}
+
+// A group of items of one sequence advanced chunk by chunk together: each
+// chunk reads the same few rows of q, k, v for all heads of the group, so
+// inputs stream through the caches and TLB once instead of once per head.
+// Each item's arithmetic is the same as alone (bitwise).
+template <int kDkPad>
+HWY_INLINE void RunGroup(const Plan& plan, const Inputs& in, const Outputs& out, const int64_t* items, int64_t count,
+                         const ScratchLayout& L, float* HWY_RESTRICT base) {
+  const Problem& p = plan.problem;
+  const float scale = static_cast<float>(p.scale);
+  const int64_t group = p.Nv / p.Nk;
+  ItemView views[kMaxGroupItems];
+  for (int64_t g = 0; g < count; ++g) {
+    const WorkItem& it = plan.items[items[g]];
+    views[g] = ItemView{&p, &in, &out, &it, it.head / group, (it.seq * p.Nv + it.head) * p.Dk * p.Dv, plan.precision};
+    LoadStateTile(views[g], L, base, L.StateTile(base, g));
+  }
+  const WorkItem& first = plan.items[items[0]];
+  const int64_t t_end = first.token_begin + first.tokens;
+  const int64_t step = plan.chunk == 1 ? kRecurrentSpan : plan.chunk;
+  for (int64_t t = first.token_begin; t < t_end; t += step) {
+    const int64_t n = std::min<int64_t>(step, t_end - t);
+    PrefetchGroupChunk(views, count, t + step, std::min<int64_t>(step, t_end - t - step));
+    for (int64_t g = 0; g < count; ++g) {
+      if (plan.chunk == 1) {
+        RecurrentSpan<kDkPad>(views[g], L, base, L.StateTile(base, g), scale, t, n);
+      } else {
+        ChunkStep<kDkPad>(views[g], L, base, L.StateTile(base, g), scale, t, n);
+      }
+    }
+  }
+  for (int64_t g = 0; g < count; ++g) StoreStateTile(views[g], L, base, L.StateTile(base, g));
+}
+
+// Splits one thread's item list into groups: consecutive items of the same
+// sequence, at most plan.group_items each.
+template <int kDkPad>
+void RunThreadItems(const Plan& plan, const Inputs& in, const Outputs& out, const std::vector<int64_t>& list,
+                    const ScratchLayout& L, float* HWY_RESTRICT base) {
+  size_t i = 0;
+  while (i < list.size()) {
+    size_t j = i + 1;
+    while (j < list.size() && static_cast<int64_t>(j - i) < plan.group_items &&
+           plan.items[list[j]].seq == plan.items[list[i]].seq) {
+      ++j;
+    }
+    RunGroup<kDkPad>(plan, in, out, list.data() + i, static_cast<int64_t>(j - i), L, base);
+    i = j;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cgdr
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard
