@@ -28,6 +28,19 @@
 #include "core/synthetic.h"
 #include "io/case_file.h"
 
+// TSan's static runtime defines every operator new/delete itself, and linking
+// pulls its definitions in beside any replacement (duplicate symbols): there
+// the operator-new injection is left out and the tests using it skip. The
+// TSan step runs only InjectionIsThreadSafe of this file (Makefile).
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CGDR_TSAN_RUNTIME 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define CGDR_TSAN_RUNTIME 1
+#endif
+
 // ---- operator new that can be told to fail: the countdown, when >= 0, is
 // decremented by every allocation and the one that finds it at 0 throws.
 // Counting only while armed keeps gtest's own allocations out of it.
@@ -35,8 +48,14 @@ namespace {
 std::atomic<long> g_new_countdown{-1};
 std::atomic<long> g_new_calls{0};
 std::atomic<bool> g_counting{false};
+#ifdef CGDR_TSAN_RUNTIME
+constexpr bool kNewInjection = false;
+#else
+constexpr bool kNewInjection = true;
+#endif
 }  // namespace
 
+#ifndef CGDR_TSAN_RUNTIME
 void* operator new(std::size_t n) {
   if (g_counting.load(std::memory_order_relaxed)) g_new_calls.fetch_add(1, std::memory_order_relaxed);
   if (g_new_countdown.load(std::memory_order_relaxed) >= 0 && g_new_countdown.fetch_sub(1) == 0) throw std::bad_alloc();
@@ -61,6 +80,7 @@ void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
   }
 }
 void operator delete(void* p, const std::nothrow_t&) noexcept { ReleaseBlock(p); }
+#endif  // CGDR_TSAN_RUNTIME
 
 namespace cgdr {
 namespace {
@@ -179,6 +199,7 @@ Status FailAllocation(long n, Fn fn, bool* escaped) {
 // the library can do without that memory: the plan's explanation text, whose
 // ostream swallows the failure) a success with the exact normal result.
 TEST(ResourceFailure, EveryAllocationOfRunMayFail) {
+  if (!kNewInjection) GTEST_SKIP() << "operator new injection is not available under TSan";
   for (Algo algo : {Algo::kAuto, Algo::kRecurrent, Algo::kChunk16}) {
     Fixture warm, probe;
     ASSERT_TRUE(warm.Run(2, algo).ok());  // one-time work (the profile) out of the count
@@ -208,6 +229,7 @@ TEST(ResourceFailure, EveryAllocationOfRunMayFail) {
 // The same for the decode step (16-bit pool: it allocates staging memory; its
 // validation allocates a sorted copy of the indices).
 TEST(ResourceFailure, EveryAllocationOfDecodeMayFail) {
+  if (!kNewInjection) GTEST_SKIP() << "operator new injection is not available under TSan";
   const int64_t N = 2, Nv = 2, Dk = 8, Dv = 8;
   std::vector<float> q(N * Dk, 0.25f), k(N * Dk, 0.25f), v(N * Nv * Dv, 1.0f), beta(N * Nv, 0.5f);
   std::vector<uint16_t> pool(3 * Nv * Dv * Dk, 0);
