@@ -117,6 +117,35 @@ static void TestPrefillThenDecode(void) {
   cgdr_options_destroy(opt);
 }
 
+/* The bf16x3 mode through the C API: close to the fp32 result (compensated
+ * products: about fp32's own error), not bitwise equal to it. */
+static void TestPrecisionMode(void) {
+  int32_t seq_lens[B] = {T};
+  static float out_fp32[T][NV][DV], out_x3[T][NV][DV];
+  cgdr_prefill_args pa;
+  memset(&pa, 0, sizeof pa);
+  pa.query = Tensor(q, CGDR_F32, 3, T, NK, DK, 0);
+  pa.key = Tensor(k, CGDR_F32, 3, T, NK, DK, 0);
+  pa.value = Tensor(v, CGDR_F32, 3, T, NV, DV, 0);
+  pa.beta = Tensor(beta, CGDR_F32, 2, T, NV, 0, 0);
+  pa.g = Tensor(g, CGDR_F32, 2, T, NV, 0, 0);
+  pa.seq_lens = Tensor(seq_lens, CGDR_I32, 1, B, 0, 0, 0);
+  cgdr_options* opt = NULL;
+  CHECK(cgdr_options_create(&opt) == CGDR_OK, "%s", cgdr_last_error());
+  CHECK(cgdr_options_set_chunk(opt, 16) == CGDR_OK, "%s", cgdr_last_error());
+  pa.out = Tensor(out_fp32, CGDR_F32, 3, T, NV, DV, 0);
+  CHECK(cgdr_prefill(&pa, opt) == CGDR_OK, "fp32: %s", cgdr_last_error());
+  CHECK(cgdr_options_set_precision(opt, CGDR_PRECISION_BF16X3) == CGDR_OK, "%s", cgdr_last_error());
+  pa.out = Tensor(out_x3, CGDR_F32, 3, T, NV, DV, 0);
+  CHECK(cgdr_prefill(&pa, opt) == CGDR_OK, "bf16x3: %s", cgdr_last_error());
+  float max_diff = 0.0f;
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < NV; ++h)
+      for (int j = 0; j < DV; ++j) max_diff = fmaxf(max_diff, fabsf(out_x3[t][h][j] - out_fp32[t][h][j]));
+  CHECK(max_diff < 1e-4f, "bf16x3 vs fp32: max |diff| %g", max_diff);
+  cgdr_options_destroy(opt);
+}
+
 static void TestErrors(void) {
   static float pool[2][NV][DV][DK];
   float out_step[2][NV][DV];
@@ -173,6 +202,10 @@ static void TestErrors(void) {
   CHECK(cgdr_options_set_qk_l2norm(opt, 1) == CGDR_OK, "l2norm");
   CHECK(cgdr_options_set_scale(opt, 0.25) == CGDR_OK, "scale");
   CHECK(cgdr_options_set_check_values(opt, 1) == CGDR_OK, "check_values");
+  CHECK(cgdr_options_set_precision(opt, CGDR_PRECISION_BF16X3) == CGDR_OK, "precision bf16x3");
+  CHECK(cgdr_options_set_precision(opt, (cgdr_precision)9) == CGDR_INVALID_ARGUMENT &&
+            strstr(cgdr_last_error(), "got 9") != NULL,
+        "precision 9: %s", cgdr_last_error());
   cgdr_options_destroy(opt);
   cgdr_options_destroy(NULL);
   CHECK(strcmp(cgdr_status_name(CGDR_RESOURCE_EXHAUSTED), "resource_exhausted") == 0, "status name");
@@ -182,6 +215,7 @@ int main(void) {
   FillInputs();
   printf("cgdr %s, SIMD target %s\n", cgdr_version(), cgdr_simd_target());
   TestPrefillThenDecode();
+  TestPrecisionMode();
   TestErrors();
   if (g_failures) {
     fprintf(stderr, "%d check(s) failed\n", g_failures);

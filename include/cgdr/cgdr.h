@@ -36,6 +36,16 @@ typedef enum cgdr_state_layout {
   CGDR_LAYOUT_KV = 1  /* [B, Nv, Dk, Dv] (flash-linear-attention's) */
 } cgdr_state_layout;
 
+/* Arithmetic of the chunked products (cgdr::Precision; the state stays FP32).
+ * fp32 is exact to SPEC 6; the bf16 modes round or split the operands to
+ * bf16 (see README, "Precision modes"). */
+typedef enum cgdr_precision {
+  CGDR_PRECISION_FP32 = 0,
+  CGDR_PRECISION_BF16 = 1,
+  CGDR_PRECISION_BF16X3 = 2,
+  CGDR_PRECISION_BF16X4 = 3
+} cgdr_precision;
+
 #define CGDR_MAX_RANK 4
 
 /* A dense row-major tensor. data == NULL marks an absent optional tensor. */
@@ -76,6 +86,7 @@ cgdr_status cgdr_options_set_threads(cgdr_options* opt, int threads); /* 0: all 
 cgdr_status cgdr_options_set_check_values(cgdr_options* opt, int enable);
 /* Chunk size: 0 = auto (the plan decides), 1 = token by token, 16/32/64/128. */
 cgdr_status cgdr_options_set_chunk(cgdr_options* opt, int chunk);
+cgdr_status cgdr_options_set_precision(cgdr_options* opt, cgdr_precision precision); /* default fp32 */
 
 /* Runs the prefill operator over the packed sequences of `args`. */
 cgdr_status cgdr_prefill(const cgdr_prefill_args* args, const cgdr_options* opt);

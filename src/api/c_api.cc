@@ -163,6 +163,19 @@ cgdr_status cgdr_options_set_chunk(cgdr_options* opt, int chunk) {
   }
 }
 
+cgdr_status cgdr_options_set_precision(cgdr_options* opt, cgdr_precision precision) {
+  if (!opt) return NullHandle("cgdr_options_set_precision");
+  const int raw = RawEnum(precision);
+  if (raw < CGDR_PRECISION_FP32 || raw > CGDR_PRECISION_BF16X4) {
+    return Fail(CGDR_INVALID_ARGUMENT,
+                "cgdr_options_set_precision: expected CGDR_PRECISION_FP32 (0) .. CGDR_PRECISION_BF16X4 (3), got " +
+                    std::to_string(raw));
+  }
+  static_assert(static_cast<int>(cgdr::Precision::kBf16x4) == CGDR_PRECISION_BF16X4, "C and C++ precision values agree");
+  opt->options.precision = static_cast<cgdr::Precision>(raw);
+  return CGDR_OK;
+}
+
 cgdr_status cgdr_prefill(const cgdr_prefill_args* args, const cgdr_options* opt) {
   if (!args) return Fail(CGDR_INVALID_ARGUMENT, "cgdr_prefill: args pointer is NULL");
   return Guard([&]() -> cgdr::Status {
