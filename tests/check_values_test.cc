@@ -12,6 +12,7 @@
 #include "cgdr/cgdr.hpp"
 #include "cgdr/decode.hpp"
 #include "core/dtype.h"
+#include "core/scan.h"
 #include "core/synthetic.h"
 
 namespace cgdr {
@@ -20,6 +21,47 @@ namespace {
 constexpr uint8_t kSentinel = 0x5A;
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 const float kInf = std::numeric_limits<float>::infinity();
+
+// The bit-level scans (core/scan.h) agree with the definitions on the
+// converted value (std::isfinite, > 0) for every f16 and bf16 bit pattern and
+// for f32 specials, at every position of a block and past the first block.
+TEST(CheckValues, ScansAgreeWithConvertedValues) {
+  const auto expect_scans = [](const TensorView& t, const char* what) {
+    int64_t non_finite = -1, positive = -1;
+    for (int64_t i = t.numel() - 1; i >= 0; --i) {
+      const float v = LoadAsF32(t.data, t.dtype, i);
+      if (!std::isfinite(v)) non_finite = i;
+      if (v > 0.0f) positive = i;
+    }
+    EXPECT_EQ(FirstNonFinite(t), non_finite) << what;
+    EXPECT_EQ(FirstPositive(t), positive) << what;
+  };
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    for (uint32_t bits = 0; bits < 65536; ++bits) {
+      std::vector<uint16_t> x(4100, dt == DType::kF16 ? 0xBC00u : 0xBF80u);  // -1.0
+      const int64_t at = bits % 4100;  // positions in the first and later blocks
+      x[static_cast<size_t>(at)] = static_cast<uint16_t>(bits);
+      const TensorView t(x.data(), dt, {4100});
+      const int64_t want_nf = std::isfinite(LoadAsF32(x.data(), dt, at)) ? -1 : at;
+      const int64_t want_pos = LoadAsF32(x.data(), dt, at) > 0.0f ? at : -1;
+      if (FirstNonFinite(t) != want_nf || FirstPositive(t) != want_pos) {
+        ADD_FAILURE() << DTypeName(dt) << " bits 0x" << std::hex << bits << " at " << std::dec << at;
+        return;
+      }
+    }
+  }
+  std::vector<float> f(5000, -0.5f);
+  expect_scans(TensorView(f.data(), DType::kF32, {5000}), "f32 all negative");
+  for (float special : {kNaN, -kNaN, kInf, -kInf, 0.0f, -0.0f, std::numeric_limits<float>::denorm_min(),
+                        -std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max()}) {
+    for (int64_t at : {0, 2047, 2048, 4999}) {
+      std::vector<float> y(5000, -0.5f);
+      y[static_cast<size_t>(at)] = special;
+      y[4999 - static_cast<size_t>(at) / 2] = 1.0f;  // a positive elsewhere too
+      expect_scans(TensorView(y.data(), DType::kF32, {5000}), "f32 special");
+    }
+  }
+}
 
 // A small problem with outputs pre-filled with a sentinel.
 struct Fixture {

@@ -6,6 +6,7 @@
 #include "cgdr/cgdr.hpp"
 #include "cgdr/plan.hpp"
 #include "core/dtype.h"
+#include "core/scan.h"
 #include "kernels/kernels.h"
 
 namespace cgdr {
@@ -16,16 +17,11 @@ namespace {
 // reported, never handed back as a silent success (issue "hardening" 4).
 Status CheckOutputFinite(const char* name, const TensorView& t) {
   if (!t.present()) return Status::Ok();
-  const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = LoadAsF32(t.data, t.dtype, i);
-    if (!std::isfinite(v)) {
-      return Status::Invalid(std::string(name) + ": non-finite value " + std::to_string(v) + " at flat index " +
-                             std::to_string(i) + " computed from finite inputs (FP32/" + DTypeName(t.dtype) +
-                             " range exceeded; check_values); the outputs are invalid");
-    }
-  }
-  return Status::Ok();
+  const int64_t i = FirstNonFinite(t);
+  if (i < 0) return Status::Ok();
+  return Status::Invalid(std::string(name) + ": non-finite value " + std::to_string(LoadAsF32(t.data, t.dtype, i)) +
+                         " at flat index " + std::to_string(i) + " computed from finite inputs (FP32/" +
+                         DTypeName(t.dtype) + " range exceeded; check_values); the outputs are invalid");
 }
 
 }  // namespace

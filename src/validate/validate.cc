@@ -8,6 +8,7 @@
 
 #include "cgdr/cgdr.hpp"
 #include "core/dtype.h"
+#include "core/scan.h"
 
 namespace cgdr {
 namespace {
@@ -96,15 +97,6 @@ Status CheckNoOverlap(const char* out_name, const TensorView& out, const Inputs&
   return Status::Ok();
 }
 
-// First non-finite element, or -1.
-int64_t FirstNonFinite(const TensorView& t) {
-  const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(LoadAsF32(t.data, t.dtype, i))) return i;
-  }
-  return -1;
-}
-
 std::string IndexString(const TensorView& t, int64_t flat) {
   std::ostringstream os;
   os << "[";
@@ -131,13 +123,10 @@ Status CheckValues(const Inputs& in) {
     }
   }
   if (in.g.present()) {
-    const int64_t n = in.g.numel();
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = LoadAsF32(in.g.data, in.g.dtype, i);
-      if (v > 0.0f) {
-        return Status::Invalid(Cat("g: expected log-decay <= 0, got ", v, " at index ", IndexString(in.g, i),
-                                   " (exp of its prefix sum can overflow FP32; check_values)"));
-      }
+    const int64_t i = FirstPositive(in.g);
+    if (i >= 0) {
+      return Status::Invalid(Cat("g: expected log-decay <= 0, got ", LoadAsF32(in.g.data, in.g.dtype, i), " at index ",
+                                 IndexString(in.g, i), " (exp of its prefix sum can overflow FP32; check_values)"));
     }
   }
   return Status::Ok();

@@ -1,0 +1,84 @@
+#include "core/scan.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace cgdr {
+namespace {
+
+// Bit layout of a floating-point dtype: exponent field and magnitude bits.
+template <typename Bits>
+struct Layout {
+  Bits exponent, magnitude;
+};
+constexpr Layout<uint16_t> kF16{0x7C00u, 0x7FFFu};
+constexpr Layout<uint16_t> kBF16{0x7F80u, 0x7FFFu};
+constexpr Layout<uint32_t> kF32{0x7F800000u, 0x7FFFFFFFu};
+
+// Element i's bits (memcpy: the tensor holds floats, not integers).
+template <typename Bits>
+inline Bits BitsAt(const unsigned char* x, int64_t i) {
+  Bits v;
+  std::memcpy(&v, x + i * static_cast<int64_t>(sizeof(Bits)), sizeof v);
+  return v;
+}
+
+// First i with pred(element i), or -1. Each block is first reduced with OR
+// (a loop without early exit, which vectorises); only a block that matched
+// is searched element by element.
+template <typename Bits, typename Pred>
+int64_t FirstMatch(const void* data, int64_t n, Pred pred) {
+  const auto* x = static_cast<const unsigned char*>(data);
+  constexpr int64_t kBlock = 2048;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    unsigned any = 0;
+    for (int64_t i = b; i < e; ++i) any |= pred(BitsAt<Bits>(x, i)) ? 1u : 0u;
+    if (!any) continue;
+    for (int64_t i = b; i < e; ++i) {
+      if (pred(BitsAt<Bits>(x, i))) return i;
+    }
+  }
+  return -1;
+}
+
+template <typename Bits>
+int64_t FirstNonFiniteBits(const void* x, int64_t n, Layout<Bits> l) {
+  return FirstMatch<Bits>(x, n, [l](Bits v) { return (v & l.exponent) == l.exponent; });
+}
+
+// > 0: sign clear and magnitude non-zero; NaN (all exponent bits, non-zero
+// fraction) excluded.
+template <typename Bits>
+int64_t FirstPositiveBits(const void* x, int64_t n, Layout<Bits> l) {
+  const Bits sign = static_cast<Bits>(~l.magnitude);
+  return FirstMatch<Bits>(x, n, [l, sign](Bits v) {
+    const Bits mag = v & l.magnitude;
+    return (v & sign) == 0 && mag != 0 && mag <= l.exponent;
+  });
+}
+
+}  // namespace
+
+int64_t FirstNonFinite(const TensorView& t) {
+  const int64_t n = t.numel();
+  switch (t.dtype) {
+    case DType::kF16: return FirstNonFiniteBits(t.data, n, kF16);
+    case DType::kBF16: return FirstNonFiniteBits(t.data, n, kBF16);
+    case DType::kF32: return FirstNonFiniteBits(t.data, n, kF32);
+    default: return -1;
+  }
+}
+
+int64_t FirstPositive(const TensorView& t) {
+  const int64_t n = t.numel();
+  switch (t.dtype) {
+    case DType::kF16: return FirstPositiveBits(t.data, n, kF16);
+    case DType::kBF16: return FirstPositiveBits(t.data, n, kBF16);
+    case DType::kF32: return FirstPositiveBits(t.data, n, kF32);
+    default: return -1;
+  }
+}
+
+}  // namespace cgdr

@@ -1,0 +1,19 @@
+// Value scans for check_values (SPEC 3, issue "hardening" 6): the first
+// non-finite element of a tensor, the first positive one. They test the bits
+// of each element in its own dtype (no conversion), in blocks the compiler
+// vectorises, and locate the element only inside a block that has one.
+#pragma once
+
+#include <cstdint>
+
+#include "cgdr/cgdr.hpp"
+
+namespace cgdr {
+
+// Flat index of the first NaN or +-Inf element of t (f16, bf16, f32), or -1.
+int64_t FirstNonFinite(const TensorView& t);
+
+// Flat index of the first element > 0 (NaN does not count), or -1.
+int64_t FirstPositive(const TensorView& t);
+
+}  // namespace cgdr
