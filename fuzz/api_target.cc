@@ -317,7 +317,7 @@ void FuzzPrefill(ByteReader& r) {
   }
   CheckAccepted(in, out, p);
   int64_t sequences_with_work = 0;
-  for (int64_t len : p.seq_lens) sequences_with_work += len > 0 || p.want_final_state;
+  for (int64_t b = 0; b < p.B; ++b) sequences_with_work += SequenceHasWork(p, b);
   if (sequences_with_work * p.Nv * p.Dv <= kMaxPlanItems && p.options.threads <= 64) {
     Plan plan;
     const Status ps = MakePlan(p, DefaultProfile(), &plan);

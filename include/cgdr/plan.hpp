@@ -72,10 +72,15 @@ struct Plan {
   std::string why;                             // the reasons for the choices, for `cgdr plan`
 };
 
+// Whether sequence b gets work items: tokens to process, or a final state to
+// write (an empty sequence's final state is its initial state, SPEC 1).
+bool SequenceHasWork(const Problem& problem, int64_t b);
+
 // Builds the plan from the problem (shapes and options only; no data).
 Status MakePlan(const Problem& problem, const MachineProfile& profile, Plan* plan);
-// Asserts the plan's invariants: budget fits, every (seq, head, V column) is
-// covered exactly once, scratch large enough for the kernel's layout.
+// Asserts the plan's invariants: budget fits, every (seq, head, V column) of
+// a sequence with work is covered exactly once, scratch large enough for the
+// kernel's layout.
 Status CheckPlan(const Plan& plan);
 // One line, like the seeds' CGDR_DEBUG_LOG, plus the reasons.
 std::string PlanToString(const Plan& plan);

@@ -59,26 +59,27 @@ int64_t FirstPositiveBits(const void* x, int64_t n, Layout<Bits> l) {
   });
 }
 
-}  // namespace
-
-int64_t FirstNonFinite(const TensorView& t) {
+// Calls scan(t.data, n, layout) with the bit layout of t's dtype; -1 for
+// dtypes without one (int32: never non-finite, never checked for sign).
+template <typename Scan>
+int64_t ScanByDtype(const TensorView& t, Scan scan) {
   const int64_t n = t.numel();
   switch (t.dtype) {
-    case DType::kF16: return FirstNonFiniteBits(t.data, n, kF16);
-    case DType::kBF16: return FirstNonFiniteBits(t.data, n, kBF16);
-    case DType::kF32: return FirstNonFiniteBits(t.data, n, kF32);
+    case DType::kF16: return scan(t.data, n, kF16);
+    case DType::kBF16: return scan(t.data, n, kBF16);
+    case DType::kF32: return scan(t.data, n, kF32);
     default: return -1;
   }
 }
 
+}  // namespace
+
+int64_t FirstNonFinite(const TensorView& t) {
+  return ScanByDtype(t, [](const void* x, int64_t n, auto layout) { return FirstNonFiniteBits(x, n, layout); });
+}
+
 int64_t FirstPositive(const TensorView& t) {
-  const int64_t n = t.numel();
-  switch (t.dtype) {
-    case DType::kF16: return FirstPositiveBits(t.data, n, kF16);
-    case DType::kBF16: return FirstPositiveBits(t.data, n, kBF16);
-    case DType::kF32: return FirstPositiveBits(t.data, n, kF32);
-    default: return -1;
-  }
+  return ScanByDtype(t, [](const void* x, int64_t n, auto layout) { return FirstPositiveBits(x, n, layout); });
 }
 
 }  // namespace cgdr

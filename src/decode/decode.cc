@@ -349,14 +349,11 @@ Status ValidateAndRun(const DecodeInputs& in, const DecodeOutputs& out, const Op
   if (items == 0) return Status::Ok();
   const int threads = ResolveThreads(opt, items, p.Dk * p.Dv);
 
+  // Allocated before any state is written; a failure is DecodeStep's
+  // kResourceExhausted.
   std::vector<float> head_f32;  // one Dk*Dv staging head per thread for 16-bit pools
-  std::vector<ItemScratch> scratch;
-  try {
-    if (p.state_dtype != DType::kF32) head_f32.resize(static_cast<size_t>(threads * p.Dk * p.Dv));
-    scratch.resize(static_cast<size_t>(threads));
-  } catch (const std::bad_alloc&) {
-    return Status(Code::kResourceExhausted, "decode: out of memory allocating per-thread scratch");
-  }
+  if (p.state_dtype != DType::kF32) head_f32.resize(static_cast<size_t>(threads * p.Dk * p.Dv));
+  std::vector<ItemScratch> scratch(static_cast<size_t>(threads));
 
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t item = 0; item < items; ++item) {

@@ -108,6 +108,37 @@ constexpr int RowsPerBlock() {
 #endif
 }
 
+// The register block's accumulators for rows [r0, r0 + R), columns
+// [c0, c0 + NV vectors): alpha * C_init there, or 0 without C_init (the start
+// of every product's chains, FP32 and bf16 alike).
+template <int R, int NV>
+HWY_INLINE void InitTile(DF d, const float* c_init, int64_t ld_init, float alpha, int64_t r0, int64_t c0,
+                         VF (&acc)[R][NV]) {
+  const size_t N = hn::Lanes(d);
+  if (c_init) {
+    const VF va = hn::Set(d, alpha);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[r][v] = hn::Mul(va, hn::Load(d, c_init + (r0 + r) * ld_init + c0 + v * N));
+  } else {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[r][v] = hn::Zero(d);
+  }
+}
+
+// Stores the block (InitTile's rows and columns) into C.
+template <int R, int NV>
+HWY_INLINE void StoreTile(DF d, const VF (&acc)[R][NV], float* c, int64_t ldc, int64_t r0, int64_t c0) {
+  const size_t N = hn::Lanes(d);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) hn::Store(acc[r][v], d, c + (r0 + r) * ldc + c0 + v * N);
+}
+
 // C = the job's product (above). Defined once per target in gemm.cc.
 void Gemm(const GemmJob& job);
 

@@ -16,24 +16,31 @@ namespace cgdr {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Step kk of the FMA chains: row kk of B times A[r][kk] into acc[r] for the
+// block's rows r >= first (above the diagonal of a lower A: never read).
+template <int R, int NV, bool kNegate>
+HWY_INLINE void AccumulateStep(DF d, const Segment& s, const float* a, int64_t kk, int64_t c0, int first,
+                               VF (&acc)[R][NV]) {
+  const size_t N = hn::Lanes(d);
+  const float* brow = s.b + kk * s.ldb + c0;
+  VF b[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) b[v] = hn::Load(d, brow + v * N);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    if (r < first) continue;
+    const VF av = hn::Set(d, a[r * s.lda + kk * s.a_kstride]);
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[r][v] = kNegate ? hn::NegMulAdd(av, b[v], acc[r][v]) : hn::MulAdd(av, b[v], acc[r][v]);
+  }
+}
+
 template <int R, int NV, bool kNegate>
 HWY_INLINE void AccumulateSegment(DF d, const Segment& s, int64_t r0, int64_t c0, VF (&acc)[R][NV]) {
-  const size_t N = hn::Lanes(d);
   const float* a = s.a + r0 * s.lda;
   // Dense part: every row of the block may read k < r0 (or all k if not lower).
   const int64_t dense_end = s.lower ? std::min<int64_t>(s.k, r0) : s.k;
-  for (int64_t kk = 0; kk < dense_end; ++kk) {
-    const float* brow = s.b + kk * s.ldb + c0;
-    VF b[NV];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) b[v] = hn::Load(d, brow + v * N);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const VF av = hn::Set(d, a[r * s.lda + kk * s.a_kstride]);
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[r][v] = kNegate ? hn::NegMulAdd(av, b[v], acc[r][v]) : hn::MulAdd(av, b[v], acc[r][v]);
-    }
-  }
+  for (int64_t kk = 0; kk < dense_end; ++kk) AccumulateStep<R, NV, kNegate>(d, s, a, kk, c0, 0, acc);
   if (!s.lower) return;
   // Triangle: k = r0 + j is read only by rows r >= j. Loops have compile-time
   // bounds so acc[][] is indexed statically and stays in registers.
@@ -41,36 +48,14 @@ HWY_INLINE void AccumulateSegment(DF d, const Segment& s, int64_t r0, int64_t c0
   for (int j = 0; j < R; ++j) {
     const int64_t kk = r0 + j;
     if (kk >= s.k) break;
-    const float* brow = s.b + kk * s.ldb + c0;
-    VF b[NV];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) b[v] = hn::Load(d, brow + v * N);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      if (r < j) continue;
-      const VF av = hn::Set(d, a[r * s.lda + kk * s.a_kstride]);
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[r][v] = kNegate ? hn::NegMulAdd(av, b[v], acc[r][v]) : hn::MulAdd(av, b[v], acc[r][v]);
-    }
+    AccumulateStep<R, NV, kNegate>(d, s, a, kk, c0, j, acc);
   }
 }
 
 template <int R, int NV>
 HWY_INLINE void GemmTile(DF d, const GemmJob& job, int64_t r0, int64_t c0) {
-  const size_t N = hn::Lanes(d);
   VF acc[R][NV];
-  if (job.c_init) {
-    const VF alpha = hn::Set(d, job.alpha);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[r][v] = hn::Mul(alpha, hn::Load(d, job.c_init + (r0 + r) * job.ld_init + c0 + v * N));
-  } else {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[r][v] = hn::Zero(d);
-  }
+  InitTile(d, job.c_init, job.ld_init, job.alpha, r0, c0, acc);
   for (int s = 0; s < job.segments; ++s) {
     if (job.seg[s].negate) {
       AccumulateSegment<R, NV, true>(d, job.seg[s], r0, c0, acc);
@@ -78,10 +63,7 @@ HWY_INLINE void GemmTile(DF d, const GemmJob& job, int64_t r0, int64_t c0) {
       AccumulateSegment<R, NV, false>(d, job.seg[s], r0, c0, acc);
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) hn::Store(acc[r][v], d, job.c + (r0 + r) * job.ldc + c0 + v * N);
+  StoreTile(d, acc, job.c, job.ldc, r0, c0);
 }
 
 // Columns [c0, c0 + NV vectors) for every row block. Column panels are the

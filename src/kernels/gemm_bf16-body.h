@@ -95,20 +95,8 @@ HWY_INLINE void AccumulatePacked(const PackedSeg& s, int64_t r0, int64_t c0, hn:
 template <int R, int NV>
 HWY_INLINE void PackedTile(const PackedJob& job, int64_t r0, int64_t c0) {
   const DBF d;
-  const size_t N = hn::Lanes(d);
   hn::Vec<DBF> acc[R][NV];
-  if (job.c_init) {
-    const auto alpha = hn::Set(d, job.alpha);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[r][v] = hn::Mul(alpha, hn::Load(d, job.c_init + (r0 + r) * job.ld_init + c0 + v * N));
-  } else {
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[r][v] = hn::Zero(d);
-  }
+  InitTile(d, job.c_init, job.ld_init, job.alpha, r0, c0, acc);
   for (int si = 0; si < job.segments; ++si) {
     const PackedSeg& s = job.seg[si];
     if (s.a_has_lo && s.b_has_lo) {
@@ -125,10 +113,7 @@ HWY_INLINE void PackedTile(const PackedJob& job, int64_t r0, int64_t c0) {
       AccumulatePacked<R, NV, false, false, false>(s, r0, c0, acc);
     }
   }
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) hn::Store(acc[r][v], d, job.c + (r0 + r) * job.ldc + c0 + v * N);
+  StoreTile(d, acc, job.c, job.ldc, r0, c0);
 }
 
 template <int NV>

@@ -60,12 +60,11 @@ double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_
 
 namespace {
 
-// Whether sequence b needs items: tokens to process, or a final state to write.
-bool SequenceHasWork(const Problem& p, int64_t b) { return p.seq_lens[b] > 0 || p.want_final_state; }
-
 int64_t WorkingSetBytes(int chunk, int64_t dk_pad, int64_t w) { return ScratchLayout(chunk, dk_pad, w).bytes(); }
 
 }  // namespace
+
+bool SequenceHasWork(const Problem& p, int64_t b) { return p.seq_lens[b] > 0 || p.want_final_state; }
 
 Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
   Plan out;
