@@ -23,13 +23,14 @@ namespace cgdr {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Expects PrepareKSide's results and vb = diag(beta) V for the chunk's n rows.
+// Expects the K side's results (PrepareKeyHead, PrepareValueHead) and vb = diag(beta) V for the chunk's n rows.
 // Leaves the chunk's output rows in o and the updated state in state.
 // Works one column panel at a time: the panel of S (dk x 64 FP32 = 32 KiB
 // for dk = 128 on AVX-512) stays in L1 across its three products.
 // prec: the three products in the plan's precision (the state stays FP32).
+// prefetch: lines to issue between the products' tiles (may be null).
 HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT state, int64_t n,
-                           Precision prec = Precision::kFp32) {
+                           Precision prec = Precision::kFp32, PrefetchQueue* prefetch = nullptr) {
   const int64_t dk = L.dk_pad, cp = L.c_pad;
   const Panels sp(dk, L), rp(L.c, L);  // state panels; chunk-row panels
   const ChunkVectors cv(base + L.vec, cp);
@@ -42,6 +43,7 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, flo
     // Vnew = A Vb - Kcd S   (U = A Vb fused with the subtraction).
     GemmJob vj;
     vj.rows = n; vj.cols = pw; vj.c = vnew; vj.ldc = pw; vj.segments = 2;
+    vj.prefetch = prefetch;
     vj.seg[0] = Segment{base + L.attn, cp, rp.Base(base + L.vb, c0), pw, n, true, false};
     vj.seg[1] = Segment{base + L.kcd, dk, s, pw, dk, false, true};
     GemmPrec(vj, prec, L, base);
@@ -49,7 +51,8 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, flo
     // O = scale diag(e^G) Q S + P Vnew   (scale and e^G folded into q and P).
     GemmJob oj;
     oj.rows = n; oj.cols = pw; oj.c = rp.Base(base + L.o, c0); oj.ldc = pw; oj.segments = 2;
-    oj.seg[0] = Segment{base + L.q, dk, s, pw, dk, false, false};
+    oj.prefetch = prefetch;
+    oj.seg[0] = Segment{base + L.qs, dk, s, pw, dk, false, false};
     oj.seg[1] = Segment{base + L.qk, cp, vnew, pw, n, true, false};
     GemmPrec(oj, prec, L, base);
 
@@ -58,7 +61,8 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, flo
     GemmJob sj;
     sj.rows = dk; sj.cols = pw; sj.c = s; sj.ldc = pw;
     sj.c_init = s; sj.ld_init = pw; sj.alpha = decay_last;
-    sj.seg[0] = Segment{base + L.k, 1, vnew, pw, n, false, false, dk};
+    sj.prefetch = prefetch;
+    sj.seg[0] = Segment{base + L.kl, 1, vnew, pw, n, false, false, dk};
     GemmPrec(sj, prec, L, base);
   }
 }

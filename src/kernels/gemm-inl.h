@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "hwy/highway.h"
+#include "kernels/prefetch.h"
 #include "plan/scratch_layout.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -56,6 +57,8 @@ struct GemmJob {
   // Only columns <= row are needed (lower-triangular results such as Kb K^T
   // and Q K^T); tiles entirely right of the diagonal are left unwritten.
   bool lower_result = false;
+  // Lines of the next chunk to issue between tiles (null: none).
+  PrefetchQueue* prefetch = nullptr;
 };
 
 // Register block: rows x column vectors. 32 vector registers on AVX-512 hold

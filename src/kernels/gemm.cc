@@ -73,7 +73,10 @@ HWY_INLINE void GemmColumnPanel(DF d, const GemmJob& job, int64_t c0) {
   constexpr int R = RowsPerBlock<NV>();
   // Lower-triangular results need columns <= row only: rows before c0 skip the panel.
   int64_t r0 = job.lower_result ? std::min<int64_t>(job.rows, c0) : 0;
-  for (; r0 + R <= job.rows; r0 += R) GemmTile<R, NV>(d, job, r0, c0);
+  for (; r0 + R <= job.rows; r0 += R) {
+    GemmTile<R, NV>(d, job, r0, c0);
+    if (job.prefetch) job.prefetch->Issue(PrefetchQueue::kLinesPerTile);
+  }
   if constexpr (R > 4) {
     for (; r0 + 4 <= job.rows; r0 += 4) GemmTile<4, NV>(d, job, r0, c0);
   }

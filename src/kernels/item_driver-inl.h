@@ -24,6 +24,7 @@
 #include "kernels/items-inl.h"
 #include "kernels/kside-inl.h"
 #include "kernels/load-inl.h"
+#include "kernels/prefetch.h"
 #include "kernels/recurrent-inl.h"
 #include "plan/scratch_layout.h"
 
@@ -99,13 +100,10 @@ HWY_INLINE void StoreStateTile(const ItemView& iv, const ScratchLayout& L, float
   }
 }
 
-// Rows [t, t + n) of q, k (normalised if asked), the V tile, beta and g into
-// the chunk panels.
-HWY_INLINE void LoadChunk(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t, int64_t n) {
+// Rows [t, t + n) of q and k of the item's key head (normalised if asked).
+HWY_INLINE void LoadKeyRows(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t, int64_t n) {
   const Problem& p = *iv.p;
   const Inputs& in = *iv.in;
-  const int64_t h = iv.it->head;
-  ChunkVectors cv(base + L.vec, L.c_pad);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t row = t + i;
     float* q = base + L.q + i * L.dk_pad;
@@ -116,39 +114,55 @@ HWY_INLINE void LoadChunk(const ItemView& iv, const ScratchLayout& L, float* HWY
       L2NormalizeRow(q, p.Dk);
       L2NormalizeRow(k, p.Dk);
     }
-    const Panels rp(L.c, L);
-    for (int64_t c0 = 0; c0 < L.w_pad; c0 += rp.P) {
-      const int64_t pw = rp.Width(c0), cols = std::clamp<int64_t>(iv.it->v_width - c0, 0, pw);
-      LoadRow(At(in.value, (row * p.Nv + h) * p.Dv + iv.it->v_begin + c0), in.value.dtype, cols,
-              rp.Base(base + L.vb, c0) + i * pw, pw);
-    }
+  }
+}
+
+// beta and g of the item's value head for rows [t, t + n).
+HWY_INLINE void LoadHeadVectors(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t,
+                                int64_t n) {
+  const Problem& p = *iv.p;
+  const Inputs& in = *iv.in;
+  const int64_t h = iv.it->head;
+  ChunkVectors cv(base + L.vec, L.c_pad);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = t + i;
     cv.beta[i] = LoadAsF32(in.beta.data, in.beta.dtype, row * p.Nv + h);
     cv.g[i] = p.has_g ? LoadAsF32(in.g.data, in.g.dtype, row * p.Nv + h) : 0.0f;
   }
 }
 
-// Rows of the next chunk, for all heads of a group, into L2 while this one
-// computes. Rows are 4-8 KiB apart (strided by heads) and each item reads a
-// few hundred bytes of each: the hardware prefetchers do not see that
-// pattern, and the loads stalled on memory for a quarter of the non-product
-// time. `write` prepares output lines for the stores.
-HWY_INLINE void PrefetchSpan(const TensorView& t, int64_t first_elem, int64_t stride_elems, int64_t rows, int64_t width,
-                             bool write) {
-  const int64_t esize = static_cast<int64_t>(DTypeSize(t.dtype));
-  for (int64_t i = 0; i < rows; ++i) {
-    const uint8_t* row = static_cast<const uint8_t*>(At(t, first_elem + i * stride_elems));
-    for (int64_t b = 0; b < width * esize; b += 64) {
-      if (write) {
-        __builtin_prefetch(row + b, 1, 2);
-      } else {
-        __builtin_prefetch(row + b, 0, 2);
-      }
+// Rows [t, t + n) of the item's V tile into the vb panels.
+HWY_INLINE void LoadValueTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t, int64_t n) {
+  const Problem& p = *iv.p;
+  const Inputs& in = *iv.in;
+  const int64_t h = iv.it->head;
+  const Panels rp(L.c, L);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = t + i;
+    for (int64_t c0 = 0; c0 < L.w_pad; c0 += rp.P) {
+      const int64_t pw = rp.Width(c0), cols = std::clamp<int64_t>(iv.it->v_width - c0, 0, pw);
+      LoadRow(At(in.value, (row * p.Nv + h) * p.Dv + iv.it->v_begin + c0), in.value.dtype, cols,
+              rp.Base(base + L.vb, c0) + i * pw, pw);
     }
   }
 }
 
-// Items of a group are consecutive (seq, head, tile) in plan order.
-HWY_INLINE void PrefetchGroupChunk(const ItemView* views, int64_t count, int64_t t, int64_t n) {
+// What an item's chunk step can take from the item before it in the group
+// (same chunk rows): the key head's stage (same hk) and also the value
+// head's stage (same head, another V tile). See PrepareKeyHead.
+struct SharedKSide {
+  bool key_head = false;
+  bool value_head = false;
+  static SharedKSide Between(const ItemView* prev, const ItemView& cur) {
+    if (prev == nullptr) return SharedKSide{};
+    return SharedKSide{prev->hk == cur.hk, prev->it->head == cur.it->head};
+  }
+};
+
+// Rows [t, t + n) of q, k, v and out for all heads of a group (consecutive
+// (seq, head, tile) items in plan order), queued for prefetching into L2
+// while this chunk computes (prefetch.h). `out` is queued for writing.
+HWY_INLINE void QueueGroupChunk(const ItemView* views, int64_t count, int64_t t, int64_t n, PrefetchQueue* queue) {
   if (n <= 0) return;
   const Problem& p = *views[0].p;
   const Inputs& in = *views[0].in;
@@ -156,10 +170,14 @@ HWY_INLINE void PrefetchGroupChunk(const ItemView* views, int64_t count, int64_t
   const WorkItem& z = *views[count - 1].it;
   const int64_t hk0 = views[0].hk, hk1 = views[count - 1].hk;
   const int64_t v_first = a.head * p.Dv + a.v_begin, v_last = z.head * p.Dv + z.v_begin + z.v_width;
-  PrefetchSpan(in.query, (t * p.Nk + hk0) * p.Dk, p.Nk * p.Dk, n, (hk1 - hk0 + 1) * p.Dk, false);
-  PrefetchSpan(in.key, (t * p.Nk + hk0) * p.Dk, p.Nk * p.Dk, n, (hk1 - hk0 + 1) * p.Dk, false);
-  PrefetchSpan(in.value, t * p.Nv * p.Dv + v_first, p.Nv * p.Dv, n, v_last - v_first, false);
-  PrefetchSpan(views[0].out->out, t * p.Nv * p.Dv + v_first, p.Nv * p.Dv, n, v_last - v_first, true);
+  const auto add = [&](const TensorView& x, int64_t first_elem, int64_t stride_elems, int64_t width, bool write) {
+    const int64_t esize = static_cast<int64_t>(DTypeSize(x.dtype));
+    queue->Add(At(x, first_elem), stride_elems * esize, n, width * esize, write);
+  };
+  add(in.query, (t * p.Nk + hk0) * p.Dk, p.Nk * p.Dk, (hk1 - hk0 + 1) * p.Dk, false);
+  add(in.key, (t * p.Nk + hk0) * p.Dk, p.Nk * p.Dk, (hk1 - hk0 + 1) * p.Dk, false);
+  add(in.value, t * p.Nv * p.Dv + v_first, p.Nv * p.Dv, v_last - v_first, false);
+  add(views[0].out->out, t * p.Nv * p.Dv + v_first, p.Nv * p.Dv, v_last - v_first, true);
 }
 
 HWY_INLINE void StoreOutputRows(const ItemView& iv, const ScratchLayout& L, const float* HWY_RESTRICT o, int64_t t, int64_t n) {
@@ -181,7 +199,9 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
                               float scale, int64_t t, int64_t n) {
   const int64_t dk = kDkPad ? kDkPad : L.dk_pad;
   ChunkVectors cv(base + L.vec, L.c_pad);
-  LoadChunk(iv, L, base, t, n);
+  LoadKeyRows(iv, L, base, t, n);
+  LoadHeadVectors(iv, L, base, t, n);
+  LoadValueTile(iv, L, base, t, n);
   for (int64_t i = 0; i < n; ++i) cv.eG[i] = std::exp(cv.g[i]);
   const Panels sp(L.dk_pad, L), rp(L.c, L);
   for (int64_t c0 = 0; c0 < L.w_pad; c0 += sp.P) {
@@ -198,15 +218,25 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
 }
 
 // C = 16 .. 128: one chunk [t, t + n) of one item, SPEC 4.
+// `shared`: K-side stages left in scratch by the previous item of the group
+// for the same rows. `prefetch`: the next chunk's lines, issued between the
+// state products' tiles.
 template <int kDkPad>
 HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT S,
-                          float scale, int64_t t, int64_t n) {
+                          float scale, int64_t t, int64_t n, SharedKSide shared, PrefetchQueue* prefetch) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   ChunkVectors cv(base + L.vec, L.c_pad);
-  LoadChunk(iv, L, base, t, n);
   const Precision prec = iv.plan_precision;
-  PrepareKSide<kDkPad>(L, base, n, scale, prec);
+  if (!shared.key_head) {
+    LoadKeyRows(iv, L, base, t, n);
+    PrepareKeyHead<kDkPad>(L, base, n, prec);
+  }
+  if (!shared.value_head) {
+    LoadHeadVectors(iv, L, base, t, n);
+    PrepareValueHead<kDkPad>(L, base, n, scale, prec);
+  }
+  LoadValueTile(iv, L, base, t, n);
   const Panels rp(L.c, L);
   for (int64_t c0 = 0; c0 < L.w_pad; c0 += rp.P) {  // Vb = diag(beta) V
     const int64_t pw = rp.Width(c0);
@@ -216,7 +246,7 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
       for (int64_t c = 0; c < pw; c += N) hn::Store(hn::Mul(b, hn::Load(d, row + c)), d, row + c);
     }
   }
-  ChunkVSide(L, base, S, n, prec);
+  ChunkVSide(L, base, S, n, prec, prefetch);
   StoreOutputRows(iv, L, base + L.o, t, n);
 }
 
@@ -241,14 +271,18 @@ HWY_INLINE void RunGroup(const Plan& plan, const Inputs& in, const Outputs& out,
   const int64_t step = plan.chunk == 1 ? kRecurrentSpan : plan.chunk;
   for (int64_t t = first.token_begin; t < t_end; t += step) {
     const int64_t n = std::min<int64_t>(step, t_end - t);
-    PrefetchGroupChunk(views, count, t + step, std::min<int64_t>(step, t_end - t - step));
+    PrefetchQueue next_chunk;
+    QueueGroupChunk(views, count, t + step, std::min<int64_t>(step, t_end - t - step), &next_chunk);
+    if (plan.chunk == 1) next_chunk.Drain();  // no tiles to spread the lines over
     for (int64_t g = 0; g < count; ++g) {
       if (plan.chunk == 1) {
         RecurrentSpan<kDkPad>(views[g], L, base, L.StateTile(base, g), scale, t, n);
       } else {
-        ChunkStep<kDkPad>(views[g], L, base, L.StateTile(base, g), scale, t, n);
+        const SharedKSide shared = SharedKSide::Between(g > 0 ? &views[g - 1] : nullptr, views[g]);
+        ChunkStep<kDkPad>(views[g], L, base, L.StateTile(base, g), scale, t, n, shared, &next_chunk);
       }
     }
+    next_chunk.Drain();
   }
   for (int64_t g = 0; g < count; ++g) StoreStateTile(views[g], L, base, L.StateTile(base, g));
 }

@@ -106,8 +106,9 @@ HWY_INLINE void TransposeRows(const float* HWY_RESTRICT k, int64_t dk, int64_t n
 // and G_i - G_j would lose the digits of the small decays that follow, and
 // decays of -FLT_MAX would give (-Inf) - (-Inf). As a by-product the last row
 // gives e^(G_last - G_j) for the state update.
-HWY_INLINE void ApplyDecayMasks(const ChunkVectors& cv, int64_t n, int64_t cp, float scale, float* HWY_RESTRICT attn,
-                                float* HWY_RESTRICT qk) {
+// kkt, qkt: the raw products of the key head (PrepareKeyHead), read only.
+HWY_INLINE void ApplyDecayMasks(const ChunkVectors& cv, int64_t n, int64_t cp, float scale, const float* HWY_RESTRICT kkt,
+                                const float* HWY_RESTRICT qkt, float* HWY_RESTRICT attn, float* HWY_RESTRICT qk) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const auto vscale = hn::Set(d, scale);
@@ -129,36 +130,69 @@ HWY_INLINE void ApplyDecayMasks(const ChunkVectors& cv, int64_t n, int64_t cp, f
       const auto dij = hn::IfThenElseZero(strict, i > 0 ? hn::Add(hn::Load(d, cv.D + c), gi) : hn::Zero(d));
       hn::Store(dij, d, cv.D + c);
       const auto decay = hn::Exp(d, dij);  // exp of a difference, never exp(G_i) * exp(-G_j)
-      hn::Store(hn::IfThenElseZero(strict, hn::Mul(hn::Mul(hn::Load(d, a), decay), bi)), d, a);
-      hn::Store(hn::IfThenElseZero(incl, hn::Mul(hn::Mul(hn::Load(d, p), decay), vscale)), d, p);
+      hn::Store(hn::IfThenElseZero(strict, hn::Mul(hn::Mul(hn::Load(d, kkt + i * cp + c), decay), bi)), d, a);
+      hn::Store(hn::IfThenElseZero(incl, hn::Mul(hn::Mul(hn::Load(d, qkt + i * cp + c), decay), vscale)), d, p);
     }
   }
   // e^(G_last - G_j) = e^(D_(n-1)j); 1 for j = n - 1.
   for (int64_t j = 0; j < n; ++j) cv.eGl[j] = std::exp(cv.D[j]);
 }
 
-// Builds, for a chunk of n <= C rows already loaded into q, k, and the
-// vectors beta and g:
-//   k   = diag(e^(G_last - G)) K       [c x dk_pad]   for the state update
-//   attn = A = (I + L)^-1              [c x c_pad]
-//   kcd = A diag(e^G) Kb               [c x dk_pad]
-//   qk  = P = lower_incl((Q K^T) * e^(G_i - G_j)) * scale
-//   q   = scale * diag(e^G) Q
+// dst row i = factor(i) * src row i, for rows [0, n) of width dk.
+template <class Factor>
+HWY_INLINE void ScaleRows(const float* HWY_RESTRICT src, int64_t dk, int64_t n, const Factor& factor,
+                          float* HWY_RESTRICT dst) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t i = 0; i < n; ++i) {
+    const auto f = hn::Set(d, factor(i));
+    for (int64_t c = 0; c < dk; c += N) hn::Store(hn::Mul(f, hn::Load(d, src + i * dk + c)), d, dst + i * dk + c);
+  }
+}
+
+// The K side of a chunk in two stages, so that what does not depend on the
+// value head is computed once per key head (GQA: Nv / Nk value heads share
+// q and k) and what does not depend on V once per value head (its V tiles).
+// A stage's results depend only on its inputs, so sharing them changes no bit.
+//
 // kDkPad: the Dk bucket (64, 80, 96, 128) as a compile-time trip count, or 0
 // for the generic path (SPEC 5, seeds' kSpecializedDk).
 // prec: K K^T, Q K^T and Kcd in the plan's precision (the inverse stays FP32).
+
+// Stage 1, per key head, from the n rows of q and k (normalised):
+//   kt = K^T, kkt = K K^T, qkt = Q K^T (lower triangles incl. the diagonal).
 template <int kDkPad>
-HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, float scale,
-                             Precision prec = Precision::kFp32) {
+HWY_INLINE void PrepareKeyHead(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n,
+                               Precision prec = Precision::kFp32) {
+  const int64_t dk = kDkPad ? kDkPad : L.dk_pad, cp = L.c_pad;
+  float* kt = base + L.kt;
+  TransposeRows(base + L.k, dk, n, cp, kt);
+  GemmJob kk;
+  kk.rows = n; kk.cols = cp; kk.c = base + L.kkt; kk.ldc = cp; kk.lower_result = true;
+  kk.seg[0] = Segment{base + L.k, dk, kt, cp, dk, false, false};
+  GemmPrec(kk, prec, L, base);
+  GemmJob qkj = kk;
+  qkj.c = base + L.qkt;
+  qkj.seg[0].a = base + L.q;
+  GemmPrec(qkj, prec, L, base);
+}
+
+// Stage 2, per value head, from stage 1 and the vectors beta and g:
+//   kl   = diag(e^(G_last - G)) K       [c x dk_pad]   for the state update
+//   attn = A = (I + L)^-1              [c x c_pad]
+//   kcd  = A diag(e^G) Kb              [c x dk_pad]
+//   qk   = P = lower_incl((Q K^T) * e^(G_i - G_j)) * scale
+//   qs   = scale * diag(e^G) Q
+template <int kDkPad>
+HWY_INLINE void PrepareValueHead(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, float scale,
+                                 Precision prec = Precision::kFp32) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t dk = kDkPad ? kDkPad : L.dk_pad, cp = L.c_pad;
-  float* q = base + L.q;
-  float* k = base + L.k;
+  const float* q = base + L.q;
+  const float* k = base + L.k;
   float* kb = base + L.kb;
-  float* kt = base + L.kt;
   float* attn = base + L.attn;
-  float* qk = base + L.qk;
   ChunkVectors cv(base + L.vec, cp);
 
   // Step 1: G = cumsum(g) inside the chunk; decays as exp of differences only
@@ -173,22 +207,10 @@ HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, i
 
   // Step 2, folded: Kb K^T = diag(beta) (K K^T), so beta scales rows of L in
   // the epilogue, and the panel kb holds diag(beta e^G) K for step 4 in one pass.
-  for (int64_t i = 0; i < n; ++i) {
-    const auto b = hn::Set(d, cv.beta[i] * cv.eG[i]);
-    for (int64_t c = 0; c < dk; c += N) hn::Store(hn::Mul(b, hn::Load(d, k + i * dk + c)), d, kb + i * dk + c);
-  }
-  TransposeRows(k, dk, n, cp, kt);
+  ScaleRows(k, dk, n, [&](int64_t i) { return cv.beta[i] * cv.eG[i]; }, kb);
 
   // Step 3: L = strictly_lower((Kb K^T) * e^(G_i - G_j)); P likewise from Q (step 5).
-  GemmJob kk;
-  kk.rows = n; kk.cols = cp; kk.c = attn; kk.ldc = cp; kk.lower_result = true;
-  kk.seg[0] = Segment{k, dk, kt, cp, dk, false, false};
-  GemmPrec(kk, prec, L, base);
-  GemmJob qkj = kk;
-  qkj.c = qk;
-  qkj.seg[0].a = q;
-  GemmPrec(qkj, prec, L, base);
-  ApplyDecayMasks(cv, n, cp, scale, attn, qk);
+  ApplyDecayMasks(cv, n, cp, scale, base + L.kkt, base + L.qkt, attn, base + L.qk);
   const int64_t nb = RoundUp(n, 16);
   for (int64_t i = n; i < nb; ++i)
     for (int64_t j = 0; j < cp; ++j) attn[i * cp + j] = 0.0f;
@@ -200,15 +222,17 @@ HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, i
   kcd.seg[0] = Segment{attn, cp, kb, dk, n, true, false};
   GemmPrec(kcd, prec, L, base);
 
-  // Step 6/7 operands: Q <- scale e^G Q; K <- e^(G_last - G) K.
-  for (int64_t i = 0; i < n; ++i) {
-    const auto e = hn::Set(d, cv.eG[i] * scale);
-    for (int64_t c = 0; c < dk; c += N) hn::Store(hn::Mul(e, hn::Load(d, q + i * dk + c)), d, q + i * dk + c);
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    const auto e = hn::Set(d, cv.eGl[i]);
-    for (int64_t c = 0; c < dk; c += N) hn::Store(hn::Mul(e, hn::Load(d, k + i * dk + c)), d, k + i * dk + c);
-  }
+  // Step 6/7 operands: scale e^G Q and e^(G_last - G) K.
+  ScaleRows(q, dk, n, [&](int64_t i) { return cv.eG[i] * scale; }, base + L.qs);
+  ScaleRows(k, dk, n, [&](int64_t i) { return cv.eGl[i]; }, base + L.kl);
+}
+
+// Both stages for one item alone (the phase benchmarks).
+template <int kDkPad>
+HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, float scale,
+                             Precision prec = Precision::kFp32) {
+  PrepareKeyHead<kDkPad>(L, base, n, prec);
+  PrepareValueHead<kDkPad>(L, base, n, scale, prec);
 }
 
 }  // namespace HWY_NAMESPACE

@@ -22,11 +22,17 @@ struct ScratchLayout {
   // Offsets in floats from the (64-byte aligned) base.
   int64_t states = 1;   // state tiles held at once (a group of items, see Plan::group_items)
   int64_t state = 0;    // [states][dk_pad][w_pad]  S tiles, FP32 between chunks
-  int64_t q = 0;        // [c][dk_pad]       Q rows (normalised), then scale*e^G*Q
+  // Per key head (shared by the items of one key head in a chunk):
+  int64_t q = 0;        // [c][dk_pad]       Q rows (normalised)
   int64_t k = 0;        // [c][dk_pad]       K rows (normalised)
+  int64_t kt = 0;       // [dk_pad][c_pad]   K^T
+  int64_t kkt = 0;      // [c][c_pad]        K K^T (lower triangle incl. diagonal)
+  int64_t qkt = 0;      // [c][c_pad]        Q K^T (lower triangle incl. diagonal)
+  // Per value head (shared by its V tiles):
+  int64_t qs = 0;       // [c][dk_pad]       scale * e^G * Q
+  int64_t kl = 0;       // [c][dk_pad]       e^(G_last - G) * K
   int64_t kb = 0;       // [c][dk_pad]       diag(beta e^G) K
   int64_t kcd = 0;      // [c][dk_pad]       A e^G Kb
-  int64_t kt = 0;       // [dk_pad][c_pad]   K^T, then (e^(G_last-G) K)^T
   int64_t attn = 0;     // [c][c_pad]        L, then A = (I+L)^-1
   int64_t qk = 0;       // [c][c_pad]        P = masked scaled decayed Q K^T
   int64_t tmp = 0;      // [c][c_pad]        blocked-inverse temporaries
@@ -58,9 +64,13 @@ struct ScratchLayout {
     state = take(states * dk_pad * w_pad);
     q = take(c * dk_pad);
     k = take(c * dk_pad);
+    kt = take(dk_pad * c_pad);
+    kkt = take(c * c_pad);
+    qkt = take(c * c_pad);
+    qs = take(c * dk_pad);
+    kl = take(c * dk_pad);
     kb = take(c * dk_pad);
     kcd = take(c * dk_pad);
-    kt = take(dk_pad * c_pad);
     attn = take(c * c_pad);
     qk = take(c * c_pad);
     tmp = take(c * c_pad);
