@@ -101,11 +101,13 @@ struct Panels {
 // Rows per register block for NV column vectors: enough independent FMA
 // chains (>= 8: 4-cycle latency, 2 pipes) within the register file. A
 // narrow product (one vector of columns, e.g. K K^T for C = 16) needs many
-// rows per block or it runs at half speed on the FMA latency.
+// rows per block or it runs at half speed on the FMA latency; but not 16:
+// gcc 12 turned the 16 x 1 block into a loop that kept C in memory (2 FMAs
+// per load and store), and K K^T, Q K^T took 1.5x longer than with 8 x 1.
 template <int NV>
 constexpr int RowsPerBlock() {
 #if HWY_TARGET <= HWY_AVX3
-  return NV == 1 ? 16 : (NV == 2 ? 8 : (NV == 3 ? 5 : 4));
+  return NV == 1 ? 8 : (NV == 2 ? 8 : (NV == 3 ? 5 : 4));
 #else
   return NV == 1 ? 8 : 4;
 #endif

@@ -134,8 +134,8 @@ HWY_INLINE void ApplyDecayMasks(const ChunkVectors& cv, int64_t n, int64_t cp, f
       hn::Store(hn::IfThenElseZero(incl, hn::Mul(hn::Mul(hn::Load(d, qkt + i * cp + c), decay), vscale)), d, p);
     }
   }
-  // e^(G_last - G_j) = e^(D_(n-1)j); 1 for j = n - 1.
-  for (int64_t j = 0; j < n; ++j) cv.eGl[j] = std::exp(cv.D[j]);
+  // e^(G_last - G_j) = e^(D_(n-1)j); 1 for j >= n - 1 (D is 0 there).
+  for (int64_t c = 0; c < cp; c += N) hn::Store(hn::Exp(d, hn::Load(d, cv.D + c)), d, cv.eGl + c);
 }
 
 // dst row i = factor(i) * src row i, for rows [0, n) of width dk.
