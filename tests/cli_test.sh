@@ -75,6 +75,7 @@ section_usage() {
   expect_error "unknown command" "unknown command 'frobnicate'" "$CGDR" frobnicate
   expect_error "unknown flag" "unknown flag '--bogus'" "$CGDR" run --bogus
   expect_error "stray word" "unexpected argument 'extra'" "$CGDR" run extra
+  expect_error "unknown bench row" "no row 'npu-nope' (rows: qwen3-next," "$CGDR" bench --shape npu-nope
   expect_error "flag without value" "--input needs a value" "$CGDR" run --input
   expect_error "missing --output" "needs --output" "$CGDR" run --input "$W/x"
   expect_error "bad --threads" "--threads: expected an integer" "$CGDR" run --input a --output b --threads -1

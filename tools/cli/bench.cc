@@ -113,7 +113,7 @@ RowSpec GenericRow() {
 }
 
 struct BenchConfig {
-  bool shape_only = false;
+  std::string shape;  // --shape ROW: that row alone ("qwen3-next": the flagship, --t applies)
   bool quick = false;
   int64_t t_override = 0;
   int threads = 0;
@@ -128,7 +128,7 @@ struct BenchConfig {
 std::vector<RowSpec> SelectRows(const BenchConfig& cfg) {
   const int64_t flag_t = cfg.t_override > 0 ? cfg.t_override : (cfg.quick ? 2048 : 8192);
   std::vector<RowSpec> rows{Flagship(flag_t, "qwen3-next", "flagship")};
-  if (cfg.shape_only) return rows;
+  if (cfg.shape == "qwen3-next") return rows;
   const bool scaling = cfg.threads > 1;
   if (scaling) {
     rows.push_back(Flagship(flag_t, "qwen3-next-1thread", "scaling"));
@@ -146,7 +146,19 @@ std::vector<RowSpec> SelectRows(const BenchConfig& cfg) {
   rows.push_back(VarlenBatch());
   for (const auto& r : NpuRows()) rows.push_back(r);
   rows.push_back(GenericRow());
+  if (!cfg.shape.empty()) {  // ParseBench checked that the name exists
+    std::erase_if(rows, [&](const RowSpec& r) { return r.name != cfg.shape; });
+  }
   return rows;
+}
+
+// The names --shape accepts: every row of the default run.
+std::vector<std::string> RowNames() {
+  BenchConfig all;
+  all.threads = 2;
+  std::vector<std::string> names;
+  for (const auto& r : SelectRows(all)) names.push_back(r.name);
+  return names;
 }
 
 // ---------------------------------------------------------------- data
@@ -512,8 +524,14 @@ Status ParseBenchFlags(int argc, char** argv, BenchConfig* cfg, bool* help) {
   cfg->reps = static_cast<int>(reps);
   cfg->quick = a.Has("--quick");
   if (a.Has("--shape")) {
-    if (a.Get("--shape") != "qwen3-next") return Status::Invalid("--shape: only 'qwen3-next' is known, got '" + a.Get("--shape") + "'");
-    cfg->shape_only = true;
+    const std::vector<std::string> names = RowNames();
+    cfg->shape = a.Get("--shape");
+    if (std::find(names.begin(), names.end(), cfg->shape) == names.end()) {
+      std::string known;
+      for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+      return Status::Invalid("--shape: no row '" + cfg->shape + "' (rows: " + known + ")");
+    }
+    if (cfg->quick) return Status::Invalid("--shape and --quick: pick one");
   }
   if (a.Has("--json")) {
     cfg->json_path = a.Get("--json");
@@ -544,10 +562,11 @@ Status ParseBenchFlags(int argc, char** argv, BenchConfig* cfg, bool* help) {
 }
 
 const char* kBenchUsage =
-    "usage: cgdr bench [--shape qwen3-next] [--t T] [--threads N] [--json FILE]\n"
+    "usage: cgdr bench [--shape ROW] [--t T] [--threads N] [--json FILE]\n"
     "                  [--algo auto|recurrent|chunk16|chunk32|chunk64|all] [--quick] [--reps N]\n"
     "  default: flagship, 1-thread scaling, T sweep 512..32768, varlen batch, NPU rows, Dk=Dv=200\n"
-    "  --shape qwen3-next  the flagship row alone (--t overrides its length)\n"
+    "  --shape ROW         one row by name: qwen3-next (the flagship; --t overrides its length),\n"
+    "                      qwen3-next-T512, npu-B1-H16-T128-D128x128, generic-D200x200, ...\n"
     "  --algo all          every row with auto and each forced formulation, compared\n"
     "  --quick             flagship at T=2048 and two NPU rows, short timing\n"
     "  --precision MODE    fp32 (default), bf16, bf16x3 or bf16x4 for every row\n"

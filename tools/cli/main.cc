@@ -30,7 +30,7 @@ const char kUsage[] =
     "  plan   --t T --nk NK --nv NV --dk DK --dv DV [--b B] [--threads N]\n"
     "         [--dtype f16|bf16|f32] [--algo ...]\n"
     "         Print the plan for a shape (B sequences splitting T evenly).\n"
-    "  bench  [--shape qwen3-next] [--t T] [--threads N] [--json FILE] ...\n"
+    "  bench  [--shape ROW] [--t T] [--threads N] [--json FILE] ...\n"
     "         Benchmark (SPEC 8); see 'cgdr bench --help'.\n"
     "  tune   Calibrate the planner's cost model; see 'cgdr tune --help'.\n"
     "  demo   [--t T] [--threads N] [--algo ...] [--dir DIR]\n"
