@@ -3,6 +3,7 @@
 // any output byte is written; off by default, where the same inputs pass.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -59,6 +60,30 @@ TEST(CheckValues, ScansAgreeWithConvertedValues) {
       y[static_cast<size_t>(at)] = special;
       y[4999 - static_cast<size_t>(at) / 2] = 1.0f;  // a positive elsewhere too
       expect_scans(TensorView(y.data(), DType::kF32, {5000}), "f32 special");
+    }
+  }
+}
+
+// Large tensors are scanned in one part per thread: the index found is the
+// first one, the same for every thread count, wherever the matches lie
+// (first part, a part boundary, the last element, several parts at once).
+TEST(CheckValues, ScansOfLargeTensorsFindTheFirstMatchOnAnyThreadCount) {
+  const int64_t n = (int64_t{1} << 18) * 7 + 1001;  // 7 parts of 2^18 and a tail
+  const int64_t part7 = (n + 6) / 7;
+  const std::vector<std::vector<int64_t>> placements = {
+      {}, {0}, {n - 1}, {part7 - 1, part7}, {part7 * 3, part7 * 5 + 17}, {part7 * 6 + 3, 5}};
+  for (const auto& at : placements) {
+    std::vector<uint16_t> x(static_cast<size_t>(n), 0xBC00u);  // f16 -1.0
+    for (int64_t i : at) x[static_cast<size_t>(i)] = 0x7E00u;  // f16 NaN
+    std::vector<uint16_t> gx(static_cast<size_t>(n), 0xBC00u);
+    for (int64_t i : at) gx[static_cast<size_t>(i)] = 0x3C00u;  // f16 +1.0
+    int64_t want = -1;
+    for (int64_t i : at) want = want < 0 ? i : std::min(want, i);
+    const TensorView t(x.data(), DType::kF16, {n}), g(gx.data(), DType::kF16, {n});
+    for (int threads : {0, 1, 2, 3, 7, 8}) {
+      EXPECT_EQ(FirstNonFinite(t, threads), want) << "threads " << threads;
+      EXPECT_EQ(FirstPositive(g, threads), want) << "threads " << threads;
+      EXPECT_EQ(FirstPositive(t, threads), -1) << "threads " << threads;  // NaN is not > 0
     }
   }
 }

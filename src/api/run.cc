@@ -15,9 +15,9 @@ namespace {
 // check_values, after the run: finite inputs can still overflow FP32 inside
 // the computation (e.g. keys of norm 1e20 without l2norm). Such outputs are
 // reported, never handed back as a silent success (issue "hardening" 4).
-Status CheckOutputFinite(const char* name, const TensorView& t) {
+Status CheckOutputFinite(const char* name, const TensorView& t, int threads) {
   if (!t.present()) return Status::Ok();
-  const int64_t i = FirstNonFinite(t);
+  const int64_t i = FirstNonFinite(t, threads);
   if (i < 0) return Status::Ok();
   return Status::Invalid(std::string(name) + ": non-finite value " + std::to_string(LoadAsF32(t.data, t.dtype, i)) +
                          " at flat index " + std::to_string(i) + " computed from finite inputs (FP32/" +
@@ -36,8 +36,8 @@ Status Run(const Inputs& in, const Outputs& out, const Options& opt) {
     if (!s.ok()) return s;
     s = Execute(plan, in, out);
     if (!s.ok() || !opt.check_values) return s;
-    s = CheckOutputFinite("out", out.out);
-    return s.ok() ? CheckOutputFinite("final_state", out.final_state) : s;
+    s = CheckOutputFinite("out", out.out, opt.threads);
+    return s.ok() ? CheckOutputFinite("final_state", out.final_state, opt.threads) : s;
   } catch (const std::bad_alloc&) {
     return Status(Code::kResourceExhausted, "out of memory while planning or allocating scratch");
   }

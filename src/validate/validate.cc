@@ -110,20 +110,21 @@ std::string IndexString(const TensorView& t, int64_t flat) {
   return os.str();
 }
 
-Status CheckValues(const Inputs& in) {
+// threads: Options::threads, for the scans of large tensors.
+Status CheckValues(const Inputs& in, int threads) {
   const std::pair<const char*, const TensorView*> tensors[] = {{"query", &in.query}, {"key", &in.key},
                                                                {"value", &in.value}, {"beta", &in.beta},
                                                                {"g", &in.g},         {"initial_state", &in.initial_state}};
   for (const auto& [name, t] : tensors) {
     if (!t->present()) continue;
-    const int64_t bad = FirstNonFinite(*t);
+    const int64_t bad = FirstNonFinite(*t, threads);
     if (bad >= 0) {
       return Status::Invalid(Cat(name, ": non-finite value ", LoadAsF32(t->data, t->dtype, bad), " at index ",
                                  IndexString(*t, bad), " (check_values)"));
     }
   }
   if (in.g.present()) {
-    const int64_t i = FirstPositive(in.g);
+    const int64_t i = FirstPositive(in.g, threads);
     if (i >= 0) {
       return Status::Invalid(Cat("g: expected log-decay <= 0, got ", LoadAsF32(in.g.data, in.g.dtype, i), " at index ",
                                  IndexString(in.g, i), " (exp of its prefix sum can overflow FP32; check_values)"));
@@ -258,7 +259,7 @@ Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Proble
   if (!(std::isfinite(opt.scale) || std::isnan(opt.scale))) {
     return Status::Invalid(Cat("options.scale: expected a finite number (0 = 1/sqrt(Dk)), got ", opt.scale));
   }
-  if (opt.check_values) CGDR_TRY(CheckValues(in));
+  if (opt.check_values) CGDR_TRY(CheckValues(in, opt.threads));
 #undef CGDR_TRY
 
   p->T = T; p->B = B; p->Nk = Nk; p->Nv = Nv; p->Dk = Dk; p->Dv = Dv;
