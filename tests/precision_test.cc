@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cfloat>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -202,6 +203,38 @@ TEST(Precision, SplitHiLoExact) {
         ASSERT_EQ(sum, x[i]) << target << " x=" << x[i];
       } else {
         ASSERT_LE(std::abs(static_cast<double>(sum) - x[i]), std::ldexp(std::abs(x[i]), -16)) << target << " x=" << x[i];
+      }
+    }
+  });
+}
+
+// Output rows are converted in registers (load-inl.h StoreRow): bit-identical
+// to the scalar converters of core/dtype.h for every upper half of an f32
+// with the lower halves that decide rounding (ties to even, just below and
+// above a tie), NaN, Inf and denormals included, on every target, with a
+// scalar tail (n not a multiple of the lanes). f16 NaN: any NaN.
+TEST(Precision, OutputRowConversionMatchesScalarOnEveryTarget) {
+  std::vector<float> x;
+  for (uint32_t upper = 0; upper < 65536; ++upper) {
+    for (uint32_t lower : {0x0000u, 0x0001u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu, (upper * 2654435761u) & 0xFFFFu}) {
+      const uint32_t bits = upper << 16 | lower;
+      float f;
+      std::memcpy(&f, &bits, sizeof f);
+      x.push_back(f);
+    }
+  }
+  x.push_back(1.0f);  // odd length: a scalar tail on every target
+  const int64_t n = static_cast<int64_t>(x.size());
+  ForEachTarget([&](const std::string& target) {
+    std::vector<uint16_t> bf(x.size()), h(x.size());
+    StoreRowForTest(x.data(), n, DType::kBF16, bf.data());
+    StoreRowForTest(x.data(), n, DType::kF16, h.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(bf[i], F32ToBF16(x[i])) << target << " bf16 of bits 0x" << std::hex << std::bit_cast<uint32_t>(x[i]);
+      if (std::isnan(x[i])) {  // F16C keeps NaN payload bits the scalar converter drops: both NaN
+        ASSERT_TRUE((h[i] & 0x7C00u) == 0x7C00u && (h[i] & 0x03FFu) != 0) << target << " f16 NaN " << h[i];
+      } else {
+        ASSERT_EQ(h[i], F32ToF16(x[i])) << target << " f16 of bits 0x" << std::hex << std::bit_cast<uint32_t>(x[i]);
       }
     }
   });

@@ -24,6 +24,7 @@
 #include "kernels/bf16-inl.h"
 #include "kernels/gemm-inl.h"
 #include "kernels/gemm_bf16-inl.h"
+#include "kernels/load-inl.h"
 #include "kernels/kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -198,6 +199,9 @@ inline HWY_NOINLINE void Bf16SplitImpl(const float* x, int64_t n, uint16_t* hi, 
   }
 }
 
+// Test hook: StoreRow (load-inl.h), the conversion of every output row.
+inline HWY_NOINLINE void StoreRowImpl(const float* src, int64_t n, DType t, void* dst) { StoreRow(src, n, t, dst); }
+
 }  // namespace HWY_NAMESPACE
 }  // namespace cgdr
 HWY_AFTER_NAMESPACE();
@@ -207,6 +211,7 @@ namespace cgdr {
 
 HWY_EXPORT(Bf16DotPairsImpl);
 HWY_EXPORT(Bf16SplitImpl);
+HWY_EXPORT(StoreRowImpl);
 
 namespace {
 std::atomic<int> g_bf16_hw_mode{-1};
@@ -236,6 +241,8 @@ void Bf16DotPairs(const uint32_t* a, const uint32_t* b, float* acc, int64_t n, b
 }
 
 void Bf16Split(const float* x, int64_t n, uint16_t* hi, uint16_t* lo) { HWY_DYNAMIC_DISPATCH(Bf16SplitImpl)(x, n, hi, lo); }
+
+void StoreRowForTest(const float* src, int64_t n, DType t, void* dst) { HWY_DYNAMIC_DISPATCH(StoreRowImpl)(src, n, t, dst); }
 
 }  // namespace cgdr
 #endif  // HWY_ONCE

@@ -27,5 +27,8 @@ void SetBf16HardwareForTest(int mode);
 void Bf16DotPairs(const uint32_t* a, const uint32_t* b, float* acc, int64_t n, bool hw);
 // Tests: the hi/lo split (hi = bf16(x), lo = bf16(x - hi)) on the dispatched target.
 void Bf16Split(const float* x, int64_t n, uint16_t* hi, uint16_t* lo);
+// Tests: n floats converted to dtype t as output rows are stored (f16 and
+// bf16 round to nearest even) on the dispatched target.
+void StoreRowForTest(const float* src, int64_t n, DType t, void* dst);
 
 }  // namespace cgdr

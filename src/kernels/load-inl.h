@@ -17,6 +17,7 @@
 #include "core/dtype.h"
 #include "core/l2norm.h"
 #include "hwy/highway.h"
+#include "kernels/bf16-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace cgdr {
@@ -72,6 +73,14 @@ HWY_INLINE void StoreRow(const float* HWY_RESTRICT src, int64_t n, DType t, void
 #endif
     for (; i < n; ++i) h[i] = F32ToF16(src[i]);
   } else {
+    // Bf16Bits: the rounding of F32ToBF16 (nearest even, NaN kept) in registers.
+    const DBF d;
+    const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+    const hn::Rebind<uint16_t, DBF> du16;
+    for (; i + N <= n; i += N) {
+      const VU32 bits = Bf16Bits(hn::BitCast(DU32(), hn::LoadU(d, src + i)));  // < 2^16: the i32 demote is exact
+      hn::StoreU(hn::DemoteTo(du16, hn::BitCast(DI32(), bits)), du16, h + i);
+    }
     for (; i < n; ++i) h[i] = F32ToBF16(src[i]);
   }
 }
