@@ -57,6 +57,20 @@ TEST(Plan, VSplitOnlyWhenThreadsWouldIdle) {
   for (const auto& list : few.per_thread) EXPECT_FALSE(list.empty()) << PlanToString(few);
 }
 
+// A group interleaves at most the items one thread has, so the scratch holds
+// no state tiles that can never be used (8 heads on 2 threads: 4 each).
+TEST(Plan, GroupsNoLargerThanAThreadsItems) {
+  Plan small, large;
+  ASSERT_TRUE(MakePlan(MakeProblem({64}, 8, 8, 64, 64, 2), MachineProfile{}, &small).ok());
+  EXPECT_EQ(small.group_items, 4) << PlanToString(small);
+  MachineProfile roomy;
+  roomy.group_state_bytes = int64_t{1} << 30;
+  ASSERT_TRUE(MakePlan(MakeProblem({64}, 8, 8, 64, 64, 2), roomy, &large).ok());
+  EXPECT_EQ(large.group_items, 4) << PlanToString(large);
+  ASSERT_TRUE(MakePlan(MakeProblem({8192}, 16, 32, 128, 128, 2), MachineProfile{}, &large).ok());
+  EXPECT_EQ(large.group_items, 16) << PlanToString(large);  // the 1 MiB budget: 16 tiles of 64 KiB
+}
+
 TEST(Plan, ThreadsBalancedByTokens) {
   Plan plan;
   ASSERT_TRUE(MakePlan(MakeProblem({4000, 1000, 1000, 1000, 1000}, 1, 1, 64, 64, 2), MachineProfile{}, &plan).ok());

@@ -125,13 +125,7 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
   out.v_step = w;
   out.v_tiles = (p.Dv + w - 1) / w;
   out.working_set_bytes = WorkingSetBytes(out.chunk, out.dk_padded, w);
-  // Items of one sequence share input rows: interleave as many as their state
-  // tiles fit the group budget (one tile = dk_pad x w FP32).
-  const int64_t tile_bytes = out.dk_padded * RoundUp(w, kLaneMultiple) * 4;
-  out.group_items = std::clamp<int64_t>(prof.group_state_bytes / tile_bytes, 1, kMaxGroupItems);
   out.precision = p.options.precision;
-  const bool packed = out.precision != Precision::kFp32 && out.chunk > 1;
-  out.scratch_bytes_per_thread = ScratchLayout(out.chunk, out.dk_padded, w, out.group_items, packed).bytes();
   if (out.precision != Precision::kFp32) {
     why << "precision " << PrecisionName(out.precision)
         << (out.chunk > 1 ? " (bf16 pair products)" : " (C=1 keeps FP32 products)") << "; ";
@@ -169,6 +163,17 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
     out.per_thread[t].push_back(i);
   }
   for (auto& list : out.per_thread) std::sort(list.begin(), list.end());
+
+  // Items of one sequence share input rows: interleave as many as their state
+  // tiles fit the group budget (one tile = dk_pad x w FP32), and no more than
+  // a thread has (the scratch holds group_items tiles).
+  const int64_t tile_bytes = out.dk_padded * RoundUp(w, kLaneMultiple) * 4;
+  size_t most_items = 1;
+  for (const auto& list : out.per_thread) most_items = std::max(most_items, list.size());
+  out.group_items = std::clamp<int64_t>(prof.group_state_bytes / tile_bytes, 1,
+                                        std::min<int64_t>(kMaxGroupItems, static_cast<int64_t>(most_items)));
+  const bool packed = out.precision != Precision::kFp32 && out.chunk > 1;
+  out.scratch_bytes_per_thread = ScratchLayout(out.chunk, out.dk_padded, w, out.group_items, packed).bytes();
 
   out.why = why.str();
   *plan = std::move(out);
