@@ -135,7 +135,7 @@ def test_zero_copy_inputs_are_not_modified_and_gil_released():
     import threading
     import time
     rng = np.random.default_rng(18)
-    x = packed_inputs(rng, 8192, 2, 8, 64, 64, 1)
+    x = packed_inputs(rng, 8192, 2, 8, 128, 128, 1)  # ~6.4 GFLOP: tens of ms on one core
     arrays = [make("numpy", "f32", x[n]) for n in ("q", "k", "v", "beta", "g")]
     copies = [a.copy() for a in arrays]
     ticks = []
@@ -159,8 +159,11 @@ def test_zero_copy_inputs_are_not_modified_and_gil_released():
     for a, c in zip(arrays, copies):
         np.testing.assert_array_equal(a, c)
     inside = [t for t in ticks if t0 + 0.002 < t < t1 - 0.002]
-    if t1 - t0 > 0.03:  # long enough to tell: a held GIL would allow no tick inside
-        assert len(inside) >= 3, f"{len(inside)} ticks during a {t1 - t0:.3f} s call"
+    # A held GIL allows no tick inside at all; a released one ~1 per ms. One
+    # tick is the proof, so a loaded machine that delays the ticker cannot fail it.
+    if t1 - t0 < 0.03:
+        pytest.skip(f"the call took {t1 - t0:.3f} s: too short to observe the ticker")
+    assert len(inside) >= 1, f"{len(inside)} ticks during a {t1 - t0:.3f} s call"
 
 
 @pytest.mark.parametrize("precision,tol", [("fp32", 2e-5), ("bf16", 1.5e-2), ("bf16x3", 4e-5), ("bf16x4", 4e-5)])

@@ -12,6 +12,7 @@
 
 #include "cgdr/decode.hpp"
 #include "core/dtype.h"
+#include "core/scan.h"
 
 namespace cgdr {
 namespace {
@@ -129,26 +130,24 @@ Status CheckIndices(const TensorView& idx, int64_t P) {
   return Status::Ok();
 }
 
-// NaN/Inf in the per-token inputs and g > 0, only when asked (check_values).
+// NaN/Inf in the per-token inputs and g > 0, only when asked (check_values);
+// the bit-level scans of prefill's check (core/scan.h).
 Status CheckValues(const DecodeInputs& in) {
   const std::pair<const char*, const TensorView*> tensors[] = {
       {"query", &in.query}, {"key", &in.key}, {"value", &in.value}, {"beta", &in.beta}, {"g", &in.g}};
   for (const auto& [name, t] : tensors) {
     if (!t->present()) continue;
-    const int64_t n = t->numel();
-    for (int64_t i = 0; i < n; ++i) {
-      const float x = LoadAsF32(t->data, t->dtype, i);
-      if (!std::isfinite(x)) return Status::Invalid(Cat(name, ": non-finite value ", x, " at flat index ", i, " (check_values)"));
+    const int64_t i = FirstNonFinite(*t);
+    if (i >= 0) {
+      return Status::Invalid(Cat(name, ": non-finite value ", LoadAsF32(t->data, t->dtype, i), " at flat index ", i,
+                                 " (check_values)"));
     }
   }
   if (in.g.present()) {
-    const int64_t n = in.g.numel();
-    for (int64_t i = 0; i < n; ++i) {
-      const float x = LoadAsF32(in.g.data, in.g.dtype, i);
-      if (x > 0.0f) {
-        return Status::Invalid(Cat("g: expected log-decay <= 0, got ", x, " at [", i / in.g.shape[1], ", ",
-                                   i % in.g.shape[1], "] (check_values)"));
-      }
+    const int64_t i = FirstPositive(in.g);
+    if (i >= 0) {
+      return Status::Invalid(Cat("g: expected log-decay <= 0, got ", LoadAsF32(in.g.data, in.g.dtype, i), " at [",
+                                 i / in.g.shape[1], ", ", i % in.g.shape[1], "] (check_values)"));
     }
   }
   return Status::Ok();
