@@ -1,8 +1,10 @@
 #include "core/synthetic.h"
 
-#include <cmath>
-#include <random>
 #include <sys/mman.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
 
 #include "core/dtype.h"
 
@@ -11,9 +13,9 @@ namespace {
 
 // Zeroed tensor bytes, asked for on transparent huge pages (madvise mode on
 // Debian kernels) before the first touch, as a serving process's allocator
-// may. The kernel reads rows 4-8 KiB apart
-// (strided by heads): on 4 KiB pages every row of a chunk is its own TLB
-// entry. Where THP is off, the advice is ignored and nothing else changes.
+// may. The kernel reads rows 4-8 KiB apart (strided by heads): on 4 KiB pages
+// every row of a chunk is its own TLB entry. Where THP is off, the advice is
+// ignored and nothing else changes.
 std::vector<uint8_t> Alloc(int64_t n, DType t) {
   const size_t bytes = static_cast<size_t>(n) * DTypeSize(t);
   std::vector<uint8_t> v;

@@ -23,7 +23,8 @@ namespace cgdr {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Expects the K side's results (PrepareKeyHead, PrepareValueHead) and vb = diag(beta) V for the chunk's n rows.
+// Expects the K side's results (PrepareKeyHead, PrepareValueHead) and
+// vb = diag(beta) V for the chunk's n rows.
 // Leaves the chunk's output rows in o and the updated state in state.
 // Works one column panel at a time: the panel of S (dk x 64 FP32 = 32 KiB
 // for dk = 128 on AVX-512) stays in L1 across its three products.

@@ -224,8 +224,6 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
 template <int kDkPad>
 HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT S,
                           float scale, int64_t t, int64_t n, SharedKSide shared, PrefetchQueue* prefetch) {
-  const hn::ScalableTag<float> d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   ChunkVectors cv(base + L.vec, L.c_pad);
   const Precision prec = iv.plan_precision;
   if (!shared.key_head) {
@@ -238,13 +236,9 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
   }
   LoadValueTile(iv, L, base, t, n);
   const Panels rp(L.c, L);
-  for (int64_t c0 = 0; c0 < L.w_pad; c0 += rp.P) {  // Vb = diag(beta) V
-    const int64_t pw = rp.Width(c0);
-    for (int64_t i = 0; i < n; ++i) {
-      float* row = rp.Base(base + L.vb, c0) + i * pw;
-      const auto b = hn::Set(d, cv.beta[i]);
-      for (int64_t c = 0; c < pw; c += N) hn::Store(hn::Mul(b, hn::Load(d, row + c)), d, row + c);
-    }
+  for (int64_t c0 = 0; c0 < L.w_pad; c0 += rp.P) {  // Vb = diag(beta) V, panel by panel
+    float* panel = rp.Base(base + L.vb, c0);
+    ScaleRows(panel, rp.Width(c0), n, [&](int64_t i) { return cv.beta[i]; }, panel);
   }
   ChunkVSide(L, base, S, n, prec, prefetch);
   StoreOutputRows(iv, L, base + L.o, t, n);

@@ -138,10 +138,10 @@ HWY_INLINE void ApplyDecayMasks(const ChunkVectors& cv, int64_t n, int64_t cp, f
   for (int64_t c = 0; c < cp; c += N) hn::Store(hn::Exp(d, hn::Load(d, cv.D + c)), d, cv.eGl + c);
 }
 
-// dst row i = factor(i) * src row i, for rows [0, n) of width dk.
+// dst row i = factor(i) * src row i, for rows [0, n) of width dk (a multiple
+// of the lanes); dst may be src (each element is read before it is written).
 template <class Factor>
-HWY_INLINE void ScaleRows(const float* HWY_RESTRICT src, int64_t dk, int64_t n, const Factor& factor,
-                          float* HWY_RESTRICT dst) {
+HWY_INLINE void ScaleRows(const float* src, int64_t dk, int64_t n, const Factor& factor, float* dst) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   for (int64_t i = 0; i < n; ++i) {

@@ -426,6 +426,20 @@ void PrintRow(const RowResult& r) {
   std::fflush(stdout);
 }
 
+// A row's timing fields from its reps: the median (SPEC 8's `seconds`) and
+// the fastest rep, each against `peak` (GFLOP/s, measured in the same run).
+void FillTiming(const Timing& t, int64_t T, double flops, double peak, RowResult* r) {
+  r->reps = t.reps;
+  r->T = T;
+  r->seconds = t.median_s;
+  r->tokens_per_s = static_cast<double>(T) / t.median_s;
+  r->gflops = flops / t.median_s / 1e9;
+  r->peak = peak;
+  r->pct_peak = 100.0 * r->gflops / peak;
+  r->seconds_best = t.best_s;
+  r->pct_peak_best = 100.0 * flops / t.best_s / 1e9 / peak;
+}
+
 // Times one row under one formulation and fills everything but `extra`.
 Status BenchRow(const RowSpec& spec, Case& data, Algo algo, const BenchConfig& cfg, PeakCache& peaks,
                 HeadProblem& head, RowResult* r) {
@@ -448,15 +462,8 @@ Status BenchRow(const RowSpec& spec, Case& data, Algo algo, const BenchConfig& c
   r->threads = opt.threads;
   r->chunk = plan.chunk;
   r->v_step = plan.v_step;
-  r->reps = t.reps;
-  r->T = TotalTokens(spec.lens);
-  r->seconds = t.median_s;
-  r->tokens_per_s = static_cast<double>(r->T) / t.median_s;
-  r->gflops = AlgoFlops(r->T, spec.Nv, spec.Dk, spec.Dv) / t.median_s / 1e9;
-  r->peak = peaks.Get(opt.threads).gflops;
-  r->pct_peak = 100.0 * r->gflops / r->peak;
-  r->seconds_best = t.best_s;
-  r->pct_peak_best = 100.0 * AlgoFlops(r->T, spec.Nv, spec.Dk, spec.Dv) / t.best_s / 1e9 / r->peak;
+  const int64_t T = TotalTokens(spec.lens);
+  FillTiming(t, T, AlgoFlops(T, spec.Nv, spec.Dk, spec.Dv), peaks.Get(opt.threads).gflops, r);
   r->rel_err = head.RelErr(out.out);  // `out` holds the last timed run's result
   r->rounding_err = head.rounding_err();
   return Status::Ok();
@@ -633,13 +640,7 @@ Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowR
       r.threads = opt.threads;
       r.chunk = plan.chunk;
       r.v_step = plan.v_step;
-      r.reps = t.reps;
-      r.T = T;
-      r.seconds = t.median_s;
-      r.tokens_per_s = static_cast<double>(T) / t.median_s;
-      r.gflops = AlgoFlops(T, cs.Nv, cs.Dk, cs.Dv) / t.median_s / 1e9;
-      r.peak = peaks.Get(opt.threads).gflops;
-      r.pct_peak = 100.0 * r.gflops / r.peak;
+      FillTiming(t, T, AlgoFlops(T, cs.Nv, cs.Dk, cs.Dv), peaks.Get(opt.threads).gflops, &r);
       r.rel_err = RelativeError(out.out, ref.out, p.Nv, {h});
       const double err_state = RelativeError(out.final_state, ref.final_state, p.Nv, {h});
       r.rounding_err = RoundingError(ref.out, dt);
