@@ -71,6 +71,35 @@ TEST(Plan, GroupsNoLargerThanAThreadsItems) {
   EXPECT_EQ(large.group_items, 16) << PlanToString(large);  // the 1 MiB budget: 16 tiles of 64 KiB
 }
 
+// The value heads of one key head go to one thread (they share the chunk's
+// K side there), as long as the threads stay balanced: Qwen3-Next's 16 key
+// heads x 2 value heads on 2 threads are 8 whole pairs each; on 3 threads
+// the loads are still 11, 11, 10 items, one pair split.
+TEST(Plan, KeyHeadsStayOnOneThreadWhileBalanced) {
+  for (int threads : {2, 3}) {
+    Plan plan;
+    ASSERT_TRUE(MakePlan(MakeProblem({8192}, 16, 32, 128, 128, threads), MachineProfile{}, &plan).ok());
+    std::vector<size_t> sizes;
+    int split_pairs = 0;
+    for (int64_t hk = 0; hk < 16; ++hk) {
+      int owners = 0;
+      for (const auto& list : plan.per_thread) {
+        owners += std::any_of(list.begin(), list.end(), [&](int64_t i) { return plan.items[i].head / 2 == hk; });
+      }
+      split_pairs += owners > 1;
+    }
+    for (const auto& list : plan.per_thread) sizes.push_back(list.size());
+    std::sort(sizes.begin(), sizes.end());
+    if (threads == 2) {
+      EXPECT_EQ(split_pairs, 0) << PlanToString(plan);
+      EXPECT_EQ(sizes, (std::vector<size_t>{16, 16}));
+    } else {
+      EXPECT_EQ(split_pairs, 1) << PlanToString(plan);
+      EXPECT_EQ(sizes, (std::vector<size_t>{10, 11, 11}));
+    }
+  }
+}
+
 TEST(Plan, ThreadsBalancedByTokens) {
   Plan plan;
   ASSERT_TRUE(MakePlan(MakeProblem({4000, 1000, 1000, 1000, 1000}, 1, 1, 64, 64, 2), MachineProfile{}, &plan).ok());

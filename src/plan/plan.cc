@@ -155,12 +155,32 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
   std::iota(order.begin(), order.end(), 0);
   auto cost = [&](int64_t i) { return (out.items[i].tokens + 1) * out.items[i].v_width; };
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cost(a) > cost(b); });
+  // Items of one key head (the Nv / Nk value heads of GQA, and V tiles) share
+  // each chunk's K side when one thread runs them back to back (the item
+  // driver's SharedKSide). Equal costs keep them adjacent in `order`, so an
+  // item follows the previous one onto its thread while that thread stays
+  // within the even share of the total (the greedy bound is kept). Only with
+  // two items per thread or more: fewer come from a V split whose tiles must
+  // spread over the threads.
+  const bool affinity = static_cast<int64_t>(out.items.size()) >= 2 * static_cast<int64_t>(nthreads);
+  int64_t total_cost = 0;
+  for (int64_t i : order) total_cost += cost(i);
+  const int64_t even_share = (total_cost + nthreads - 1) / nthreads;
+  const int64_t heads_per_key = p.Nv / p.Nk;
+  auto same_key_head = [&](int64_t a, int64_t b) {
+    return out.items[a].seq == out.items[b].seq &&
+           out.items[a].head / heads_per_key == out.items[b].head / heads_per_key;
+  };
   std::vector<int64_t> load(static_cast<size_t>(nthreads), 0);
   out.per_thread.assign(static_cast<size_t>(nthreads), {});
+  int64_t prev = -1, prev_thread = -1;
   for (int64_t i : order) {
-    const auto t = std::min_element(load.begin(), load.end()) - load.begin();
+    auto t = std::min_element(load.begin(), load.end()) - load.begin();
+    if (affinity && prev >= 0 && same_key_head(prev, i) && load[prev_thread] + cost(i) <= even_share) t = prev_thread;
     load[t] += cost(i);
     out.per_thread[t].push_back(i);
+    prev = i;
+    prev_thread = t;
   }
   for (auto& list : out.per_thread) std::sort(list.begin(), list.end());
 
