@@ -80,6 +80,36 @@ TEST(KernelAccuracy, DtypesLayoutsOptions) {
   });
 }
 
+// The K side computed once per key head and once per value head and taken
+// over by the next item of a thread (GQA value heads; V tiles of one head):
+// narrow V tiles so that one thread runs several tiles and heads of one key
+// head back to back, odd widths, a 1-token tail, on every target.
+TEST(KernelAccuracy, SharedKSideEveryTarget) {
+  ForEachTarget([&](const std::string& target) {
+    CaseSpec s;
+    s.Nk = 2;
+    s.Nv = 6;
+    s.Dk = 37;
+    s.Dv = 47;
+    s.lens = {49, 0, 17};
+    s.seed = 31;
+    for (Algo a : AllAlgos()) {
+      if (a == Algo::kRecurrent) continue;  // C = 1 has no K side
+      for (int threads : {1, 2}) {
+        Case c = MakeCase(s);
+        Options opt = c.options();
+        opt.algo = a;
+        opt.v_step = 16;  // 3 tiles per head
+        opt.threads = threads;
+        const Errors e = RunAndCompare(c, opt);
+        const std::string what = Describe(s, a, target) + " v_step=16 threads=" + std::to_string(threads);
+        EXPECT_LE(e.out, e.out_limit) << what << " out";
+        EXPECT_LE(e.state, e.state_limit) << what << " final_state";
+      }
+    }
+  });
+}
+
 TEST(KernelAccuracy, LongerSequencesF32) {
   CaseSpec s;
   s.Nk = 1;
