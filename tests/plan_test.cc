@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cgdr/plan.hpp"
+#include "plan/scratch_layout.h"
 
 namespace cgdr {
 namespace {
@@ -20,6 +21,19 @@ Problem MakeProblem(std::vector<int64_t> lens, int64_t Nk, int64_t Nv, int64_t D
   p.options.threads = threads;
   p.options.algo = algo;
   return p;
+}
+
+// Drops item i from the plan's groups (and a group left empty).
+void RemoveFromGroups(int64_t i, Plan* plan) {
+  std::vector<int64_t> order, begin{0};
+  for (int64_t g = 0; g < plan->groups(); ++g) {
+    for (int64_t j = 0; j < plan->GroupSize(g); ++j) {
+      if (plan->GroupItems(g)[j] != i) order.push_back(plan->GroupItems(g)[j]);
+    }
+    if (static_cast<int64_t>(order.size()) > begin.back()) begin.push_back(static_cast<int64_t>(order.size()));
+  }
+  plan->group_order = order;
+  plan->group_begin = begin;
 }
 
 TEST(Plan, InvariantsHoldAcrossShapes) {
@@ -54,60 +68,60 @@ TEST(Plan, VSplitOnlyWhenThreadsWouldIdle) {
   EXPECT_EQ(many.v_tiles, 1) << PlanToString(many);
   ASSERT_TRUE(MakePlan(MakeProblem({4096}, 1, 1, 128, 128, 4), MachineProfile{}, &few).ok());
   EXPECT_GE(few.v_tiles, 4) << PlanToString(few);
-  for (const auto& list : few.per_thread) EXPECT_FALSE(list.empty()) << PlanToString(few);
+  EXPECT_GE(few.groups(), 4) << PlanToString(few);  // every thread can claim a tile
 }
 
-// A group interleaves at most the items one thread has, so the scratch holds
-// no state tiles that can never be used (8 heads on 2 threads: 4 each).
-TEST(Plan, GroupsNoLargerThanAThreadsItems) {
-  Plan small, large;
+// Groups are small enough for dynamic balance (8 per thread when items
+// allow) and the scratch holds no more state tiles than the largest group.
+TEST(Plan, GroupsSeveralPerThread) {
+  Plan small, roomy_plan, flagship;
   ASSERT_TRUE(MakePlan(MakeProblem({64}, 8, 8, 64, 64, 2), MachineProfile{}, &small).ok());
-  EXPECT_EQ(small.group_items, 4) << PlanToString(small);
+  EXPECT_EQ(small.group_items, 1) << PlanToString(small);
+  EXPECT_EQ(small.groups(), 8) << PlanToString(small);
   MachineProfile roomy;
   roomy.group_state_bytes = int64_t{1} << 30;
-  ASSERT_TRUE(MakePlan(MakeProblem({64}, 8, 8, 64, 64, 2), roomy, &large).ok());
-  EXPECT_EQ(large.group_items, 4) << PlanToString(large);
-  ASSERT_TRUE(MakePlan(MakeProblem({8192}, 16, 32, 128, 128, 2), MachineProfile{}, &large).ok());
-  EXPECT_EQ(large.group_items, 16) << PlanToString(large);  // the 1 MiB budget: 16 tiles of 64 KiB
+  ASSERT_TRUE(MakePlan(MakeProblem({64}, 1, 64, 64, 64, 1), roomy, &roomy_plan).ok());
+  EXPECT_EQ(roomy_plan.group_items, 8) << PlanToString(roomy_plan);  // 64 items / 8 per thread
+  MachineProfile tight;
+  tight.group_state_bytes = 3 * 64 * 64 * 4;  // three 64 x 64 tiles
+  ASSERT_TRUE(MakePlan(MakeProblem({64}, 1, 64, 64, 64, 1), tight, &roomy_plan).ok());
+  EXPECT_EQ(roomy_plan.group_items, 3) << PlanToString(roomy_plan);
+  ASSERT_TRUE(MakePlan(MakeProblem({8192}, 16, 32, 128, 128, 2), MachineProfile{}, &flagship).ok());
+  EXPECT_EQ(flagship.groups(), 16) << PlanToString(flagship);
+  EXPECT_EQ(flagship.group_items, 2) << PlanToString(flagship);
+  EXPECT_EQ(flagship.scratch_bytes_per_thread,
+            ScratchLayout(flagship.chunk, flagship.dk_padded, flagship.v_step, 2, false).bytes());
 }
 
-// The value heads of one key head go to one thread (they share the chunk's
-// K side there), as long as the threads stay balanced: Qwen3-Next's 16 key
-// heads x 2 value heads on 2 threads are 8 whole pairs each; on 3 threads
-// the loads are still 11, 11, 10 items, one pair split.
-TEST(Plan, KeyHeadsStayOnOneThreadWhileBalanced) {
-  for (int threads : {2, 3}) {
+// The value heads of one key head share a group (and so each chunk's K
+// side) while groups stay several per thread: Qwen3-Next's 16 key heads x 2
+// value heads are 16 groups of one key head on 2 threads, 8 groups of two
+// key heads on 1 thread (32 items / 8 per thread), single items on 16 threads.
+TEST(Plan, KeyHeadsShareAGroupWhileBalanced) {
+  for (int threads : {1, 2, 16}) {
     Plan plan;
     ASSERT_TRUE(MakePlan(MakeProblem({8192}, 16, 32, 128, 128, threads), MachineProfile{}, &plan).ok());
-    std::vector<size_t> sizes;
-    int split_pairs = 0;
-    for (int64_t hk = 0; hk < 16; ++hk) {
-      int owners = 0;
-      for (const auto& list : plan.per_thread) {
-        owners += std::any_of(list.begin(), list.end(), [&](int64_t i) { return plan.items[i].head / 2 == hk; });
-      }
-      split_pairs += owners > 1;
-    }
-    for (const auto& list : plan.per_thread) sizes.push_back(list.size());
-    std::sort(sizes.begin(), sizes.end());
-    if (threads == 2) {
-      EXPECT_EQ(split_pairs, 0) << PlanToString(plan);
-      EXPECT_EQ(sizes, (std::vector<size_t>{16, 16}));
-    } else {
-      EXPECT_EQ(split_pairs, 1) << PlanToString(plan);
-      EXPECT_EQ(sizes, (std::vector<size_t>{10, 11, 11}));
+    const int64_t want = threads == 1 ? 4 : (threads == 2 ? 2 : 1);
+    EXPECT_EQ(plan.group_items, want) << PlanToString(plan);
+    EXPECT_EQ(plan.groups(), 32 / want) << PlanToString(plan);
+    for (int64_t g = 0; g < plan.groups(); ++g) {
+      ASSERT_EQ(plan.GroupSize(g), want);
+      const int64_t first_head = plan.items[plan.GroupItems(g)[0]].head;
+      EXPECT_EQ(first_head % want, 0) << "group " << g << " starts inside a key head pair\n" << PlanToString(plan);
+      for (int64_t j = 0; j < want; ++j) EXPECT_EQ(plan.items[plan.GroupItems(g)[j]].head, first_head + j);
     }
   }
 }
 
-TEST(Plan, ThreadsBalancedByTokens) {
+// Groups are claimed costliest first (longest-first greedy), ties in
+// (sequence, head) order, so the last group to start is a short one.
+TEST(Plan, GroupsClaimedCostliestFirst) {
   Plan plan;
-  ASSERT_TRUE(MakePlan(MakeProblem({4000, 1000, 1000, 1000, 1000}, 1, 1, 64, 64, 2), MachineProfile{}, &plan).ok());
-  int64_t load[2] = {0, 0};
-  for (int t = 0; t < 2; ++t)
-    for (int64_t i : plan.per_thread[t]) load[t] += plan.items[i].tokens;
-  EXPECT_EQ(load[0], 4000);
-  EXPECT_EQ(load[1], 4000);
+  ASSERT_TRUE(MakePlan(MakeProblem({1000, 4000, 1000, 2000, 1000}, 1, 1, 64, 64, 2), MachineProfile{}, &plan).ok());
+  ASSERT_EQ(plan.groups(), 5) << PlanToString(plan);
+  std::vector<int64_t> seqs;
+  for (int64_t g = 0; g < plan.groups(); ++g) seqs.push_back(plan.items[plan.GroupItems(g)[0]].seq);
+  EXPECT_EQ(seqs, (std::vector<int64_t>{1, 3, 0, 2, 4})) << PlanToString(plan);
 }
 
 TEST(Plan, HugeShapesUse64BitArithmetic) {
@@ -121,9 +135,19 @@ TEST(Plan, HugeShapesUse64BitArithmetic) {
 TEST(Plan, CheckPlanCatchesBrokenPlans) {
   Plan plan;
   ASSERT_TRUE(MakePlan(MakeProblem({10, 20}, 1, 2, 32, 32, 2), MachineProfile{}, &plan).ok());
+  ASSERT_GE(plan.groups(), 2);
   Plan dup = plan;
-  dup.per_thread[0].push_back(dup.per_thread[1].empty() ? 0 : dup.per_thread[1][0]);
+  dup.group_order[1] = dup.group_order[0];
   EXPECT_FALSE(CheckPlan(dup).ok());
+  Plan unbounded = plan;
+  unbounded.group_begin.back() -= 1;
+  EXPECT_FALSE(CheckPlan(unbounded).ok());
+  Plan mixed = plan;  // one group over both sequences
+  mixed.group_items = 4;
+  mixed.scratch_bytes_per_thread *= 4;
+  mixed.group_begin = {0, static_cast<int64_t>(mixed.group_order.size())};
+  const Status mixed_status = CheckPlan(mixed);
+  EXPECT_NE(mixed_status.message().find("spans sequences"), std::string::npos) << mixed_status.message();
   Plan small = plan;
   small.scratch_bytes_per_thread = 64;
   EXPECT_FALSE(CheckPlan(small).ok());
@@ -134,11 +158,14 @@ TEST(Plan, CheckPlanCatchesBrokenPlans) {
   Plan missing = plan;
   const int64_t last = static_cast<int64_t>(missing.items.size()) - 1;
   missing.items.pop_back();
-  for (auto& list : missing.per_thread) list.erase(std::remove(list.begin(), list.end(), last), list.end());
+  RemoveFromGroups(last, &missing);
   EXPECT_FALSE(CheckPlan(missing).ok());
   Plan twice = plan;
   twice.items.push_back(twice.items[0]);
-  twice.per_thread[0].push_back(static_cast<int64_t>(twice.items.size()) - 1);
+  twice.group_order.push_back(static_cast<int64_t>(twice.items.size()) - 1);
+  twice.group_begin.back() += 1;
+  twice.group_items += 1;
+  twice.scratch_bytes_per_thread *= 2;
   EXPECT_FALSE(CheckPlan(twice).ok());
 }
 
@@ -168,7 +195,8 @@ TEST(Plan, PrintsChoicesAndReasons) {
   Plan plan;
   ASSERT_TRUE(MakePlan(MakeProblem({8192}, 16, 32, 128, 128, 2), MachineProfile{}, &plan).ok());
   const std::string s = PlanToString(plan);
-  for (const char* key : {"CGDR_PLAN", "chunk=", "bucket=128", "vStep=", "items=32", "threads=2", "why:", "scratch_per_thread="}) {
+  for (const char* key : {"CGDR_PLAN", "chunk=", "bucket=128", "vStep=", "items=32", "threads=2", "why:", "scratch_per_thread=",
+                          "groups: 16 of 2..2 items", "group 0: seq 0, heads 0..1"}) {
     EXPECT_NE(s.find(key), std::string::npos) << key << " missing from:\n" << s;
   }
 }

@@ -62,11 +62,21 @@ struct Plan {
   int64_t dk_padded = 0;     // K-side panel width the kernel uses
   int64_t v_step = 0;        // V tile width
   int64_t v_tiles = 0;       // ceil(Dv / v_step)
-  int threads = 1;
+  int threads = 1;           // the most threads that claim groups (fewer run when groups are fewer)
   Precision precision = Precision::kFp32;  // arithmetic of the chunked products (Options.precision)
-  int64_t group_items = 1;   // items of one sequence a thread advances chunk by chunk together
-  std::vector<WorkItem> items;                 // every (seq, head, V tile) with tokens > 0 or state to copy
-  std::vector<std::vector<int64_t>> per_thread;  // indices into items, in execution order
+  std::vector<WorkItem> items;  // every (seq, head, V tile) with tokens > 0 or state to copy
+  // Groups: items of one sequence that one thread advances chunk by chunk
+  // together (they read the same input rows; the value heads of one key head
+  // share each chunk's K side). Threads claim groups in this order, costliest
+  // first, each taking the next one when it is done, so a core slowed by
+  // another tenant takes fewer (results do not depend on which thread runs a
+  // group: SPEC 5).
+  std::vector<int64_t> group_order;  // indices into items, group after group
+  std::vector<int64_t> group_begin;  // group g: group_order[group_begin[g] .. group_begin[g + 1])
+  int64_t group_items = 1;           // the most items in one group (the scratch holds as many state tiles)
+  int64_t groups() const { return group_begin.empty() ? 0 : static_cast<int64_t>(group_begin.size()) - 1; }
+  int64_t GroupSize(int64_t g) const { return group_begin[g + 1] - group_begin[g]; }
+  const int64_t* GroupItems(int64_t g) const { return group_order.data() + group_begin[g]; }
   int64_t working_set_bytes = 0;               // one item's cache working set
   int64_t scratch_bytes_per_thread = 0;        // what the kernel may use, and nothing more
   std::string why;                             // the reasons for the choices, for `cgdr plan`
@@ -79,7 +89,8 @@ bool SequenceHasWork(const Problem& problem, int64_t b);
 // Builds the plan from the problem (shapes and options only; no data).
 Status MakePlan(const Problem& problem, const MachineProfile& profile, Plan* plan);
 // Asserts the plan's invariants: budget fits, every (seq, head, V column) of
-// a sequence with work is covered exactly once, scratch large enough for the
+// a sequence with work is covered exactly once, every item is in exactly one
+// group of one sequence and at most group_items, scratch large enough for the
 // kernel's layout.
 Status CheckPlan(const Plan& plan);
 // One line, like the seeds' CGDR_DEBUG_LOG, plus the reasons.

@@ -19,8 +19,7 @@ HWY_BEFORE_NAMESPACE();
 namespace cgdr {
 namespace HWY_NAMESPACE {
 
-template void RunThreadItems<CGDR_DK_BUCKET>(const Plan&, const Inputs&, const Outputs&, const std::vector<int64_t>&,
-                                            const ScratchLayout&, float* HWY_RESTRICT);
+template struct BucketDriver<CGDR_DK_BUCKET>;
 
 }  // namespace HWY_NAMESPACE
 }  // namespace cgdr

@@ -1,8 +1,8 @@
-// The item driver: walks one thread's list of work items (SPEC 5), in
-// groups of items of one sequence advanced chunk by chunk, for every
-// formulation (C = 1 token by token, C = 16..128 chunked). The definitions of
-// RunThreadItems<kDkPad> declared in items-inl.h; included only by bucket.cc,
-// which instantiates one Dk bucket per translation unit.
+// The item driver: runs one group of work items of one sequence (SPEC 5),
+// advanced chunk by chunk together, for every formulation (C = 1 token by
+// token, C = 16..128 chunked). Defines BucketDriver<kDkPad> of items-inl.h;
+// included only by bucket.cc, which instantiates one Dk bucket per
+// translation unit.
 //
 // Per-target code: included once per Highway target.
 #if defined(CGDR_KERNELS_ITEM_DRIVER_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -249,8 +249,10 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
 // inputs stream through the caches and TLB once instead of once per head.
 // Each item's arithmetic is the same as alone (bitwise).
 template <int kDkPad>
-HWY_INLINE void RunGroup(const Plan& plan, const Inputs& in, const Outputs& out, const int64_t* items, int64_t count,
-                         const ScratchLayout& L, float* HWY_RESTRICT base) {
+void BucketDriver<kDkPad>::RunGroup(const Plan& plan, const Inputs& in, const Outputs& out, int64_t g_index,
+                                    const ScratchLayout& L, float* HWY_RESTRICT base) {
+  const int64_t* items = plan.GroupItems(g_index);
+  const int64_t count = plan.GroupSize(g_index);
   const Problem& p = plan.problem;
   const float scale = static_cast<float>(p.scale);
   const int64_t group = p.Nv / p.Nk;
@@ -279,23 +281,6 @@ HWY_INLINE void RunGroup(const Plan& plan, const Inputs& in, const Outputs& out,
     next_chunk.Drain();
   }
   for (int64_t g = 0; g < count; ++g) StoreStateTile(views[g], L, base, L.StateTile(base, g));
-}
-
-// Splits one thread's item list into groups: consecutive items of the same
-// sequence, at most plan.group_items each.
-template <int kDkPad>
-void RunThreadItems(const Plan& plan, const Inputs& in, const Outputs& out, const std::vector<int64_t>& list,
-                    const ScratchLayout& L, float* HWY_RESTRICT base) {
-  size_t i = 0;
-  while (i < list.size()) {
-    size_t j = i + 1;
-    while (j < list.size() && static_cast<int64_t>(j - i) < plan.group_items &&
-           plan.items[list[j]].seq == plan.items[list[i]].seq) {
-      ++j;
-    }
-    RunGroup<kDkPad>(plan, in, out, list.data() + i, static_cast<int64_t>(j - i), L, base);
-    i = j;
-  }
 }
 
 }  // namespace HWY_NAMESPACE

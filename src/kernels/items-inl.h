@@ -1,5 +1,5 @@
-// RunThreadItems<kDkPad>: one thread's work items (plan.per_thread[t]) run on
-// that thread's scratch. Declared here for the driver (kernels.cc); defined in
+// BucketDriver<kDkPad>::RunGroup: one group of work items (Plan::GroupItems)
+// run on the scratch of the thread that claimed it. Declared here for the driver (kernels.cc); defined in
 // item_driver-inl.h and instantiated once per Dk bucket, each bucket in its
 // own translation unit (bucket.cc), so the bucket instances compile in
 // parallel.
@@ -13,7 +13,6 @@
 #endif
 
 #include <cstdint>
-#include <vector>
 
 #include "cgdr/plan.hpp"
 #include "hwy/highway.h"
@@ -25,22 +24,20 @@ namespace HWY_NAMESPACE {
 
 // kDkPad: the plan's Dk bucket (64, 80, 96, 128), or 0 for the generic path
 // (Dk up to 256, padded at run time). Each bucket reads dk_padded as the
-// compile-time constant.
+// compile-time constant. A class so that one line declares each instance.
 template <int kDkPad>
-void RunThreadItems(const Plan& plan, const Inputs& in, const Outputs& out, const std::vector<int64_t>& list,
-                    const ScratchLayout& L, float* HWY_RESTRICT base);
+struct BucketDriver {
+  // Runs group g of the plan (Plan::GroupItems) on one thread's scratch.
+  static void RunGroup(const Plan& plan, const Inputs& in, const Outputs& out, int64_t g, const ScratchLayout& L,
+                       float* HWY_RESTRICT base);
+};
 
 // The instances bucket.cc provides (CMake compiles it once per value).
-extern template void RunThreadItems<64>(const Plan&, const Inputs&, const Outputs&, const std::vector<int64_t>&,
-                                        const ScratchLayout&, float* HWY_RESTRICT);
-extern template void RunThreadItems<80>(const Plan&, const Inputs&, const Outputs&, const std::vector<int64_t>&,
-                                        const ScratchLayout&, float* HWY_RESTRICT);
-extern template void RunThreadItems<96>(const Plan&, const Inputs&, const Outputs&, const std::vector<int64_t>&,
-                                        const ScratchLayout&, float* HWY_RESTRICT);
-extern template void RunThreadItems<128>(const Plan&, const Inputs&, const Outputs&, const std::vector<int64_t>&,
-                                         const ScratchLayout&, float* HWY_RESTRICT);
-extern template void RunThreadItems<0>(const Plan&, const Inputs&, const Outputs&, const std::vector<int64_t>&,
-                                       const ScratchLayout&, float* HWY_RESTRICT);
+extern template struct BucketDriver<64>;
+extern template struct BucketDriver<80>;
+extern template struct BucketDriver<96>;
+extern template struct BucketDriver<128>;
+extern template struct BucketDriver<0>;
 
 }  // namespace HWY_NAMESPACE
 }  // namespace cgdr

@@ -1,4 +1,4 @@
-// The driver: walks the plan's work items on the plan's threads, once for
+// The driver: runs the plan's groups of work items on the plan's threads, once for
 // every formulation and bucket (the seeds duplicated ProcessHead and
 // ProcessHeadVTile; here one item loop serves both). Compiled once per
 // Highway target; the best one the CPU supports is picked at run time.
@@ -8,6 +8,8 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,14 +26,14 @@ namespace cgdr {
 namespace HWY_NAMESPACE {
 
 // One template instance per Dk bucket; the plan picked the bucket.
-void RunThreadItemsForBucket(const Plan& plan, const Inputs& in, const Outputs& out, const std::vector<int64_t>& list,
-                             const ScratchLayout& L, float* HWY_RESTRICT base) {
+void RunGroupForBucket(const Plan& plan, const Inputs& in, const Outputs& out, int64_t g, const ScratchLayout& L,
+                       float* HWY_RESTRICT base) {
   switch (plan.dk_bucket) {
-    case 64: return RunThreadItems<64>(plan, in, out, list, L, base);
-    case 80: return RunThreadItems<80>(plan, in, out, list, L, base);
-    case 96: return RunThreadItems<96>(plan, in, out, list, L, base);
-    case 128: return RunThreadItems<128>(plan, in, out, list, L, base);
-    default: return RunThreadItems<0>(plan, in, out, list, L, base);
+    case 64: return BucketDriver<64>::RunGroup(plan, in, out, g, L, base);
+    case 80: return BucketDriver<80>::RunGroup(plan, in, out, g, L, base);
+    case 96: return BucketDriver<96>::RunGroup(plan, in, out, g, L, base);
+    case 128: return BucketDriver<128>::RunGroup(plan, in, out, g, L, base);
+    default: return BucketDriver<0>::RunGroup(plan, in, out, g, L, base);
   }
 }
 
@@ -44,25 +46,29 @@ Status ExecuteImpl(const Plan& plan, const Inputs& in, const Outputs& out) {
   if (L.bytes() > plan.scratch_bytes_per_thread) {
     return Status(Code::kInternal, "kernel scratch layout exceeds the plan's scratch_bytes_per_thread");
   }
+  // One scratch per thread that can run: no more threads than groups.
+  const int workers = static_cast<int>(std::min<int64_t>(plan.threads, plan.groups()));
   // All scratch is allocated before any output is written: an allocation
   // failure leaves the outputs untouched.
   std::vector<hwy::AlignedFreeUniquePtr<float[]>> scratch;
-  scratch.reserve(static_cast<size_t>(plan.threads));
-  for (int t = 0; t < plan.threads; ++t) {
-    if (plan.per_thread[t].empty()) {
-      scratch.emplace_back(nullptr, hwy::AlignedFreer(nullptr, nullptr));
-      continue;
-    }
+  scratch.reserve(static_cast<size_t>(workers));
+  for (int t = 0; t < workers; ++t) {
     scratch.push_back(AllocateScratch(static_cast<size_t>(L.total)));  // core/alloc.h: fault injection in tests
     if (!scratch.back()) return Status(Code::kResourceExhausted, "cannot allocate kernel scratch (" + std::to_string(L.bytes()) + " bytes per thread)");
   }
-#pragma omp parallel num_threads(plan.threads)
-  {
-    // OpenMP may grant fewer threads than asked: each runs every list t with
-    // t = id (mod granted), so all lists run and results do not change.
-    const int granted = omp_get_num_threads();
-    for (int t = omp_get_thread_num(); t < plan.threads; t += granted) {
-      RunThreadItemsForBucket(plan, in, out, plan.per_thread[t], L, scratch[t].get());
+  // Each thread claims the next group when it is done with one (Plan: groups
+  // in claim order). A group's results do not depend on the thread that runs
+  // it, so any claim order gives the same bits. OpenMP may grant fewer
+  // threads than asked; those granted run all groups.
+  std::atomic<int64_t> next_group{0};
+  if (workers > 0) {
+#pragma omp parallel num_threads(workers)
+    {
+      float* base = scratch[static_cast<size_t>(omp_get_thread_num())].get();
+      for (int64_t g = next_group.fetch_add(1, std::memory_order_relaxed); g < plan.groups();
+           g = next_group.fetch_add(1, std::memory_order_relaxed)) {
+        RunGroupForBucket(plan, in, out, g, L, base);
+      }
     }
   }
   return Status::Ok();

@@ -62,6 +62,53 @@ namespace {
 
 int64_t WorkingSetBytes(int chunk, int64_t dk_pad, int64_t w) { return ScratchLayout(chunk, dk_pad, w).bytes(); }
 
+// Groups for dynamic balance. Threads claim groups as they free up, so the
+// work is balanced if groups are several per thread (kGroupsPerThread: a core
+// running at 3/4 speed then ends within a few percent of the other), and
+// claimed costliest first (the greedy longest-first order of the seeds'
+// avgload fix) so no long group starts last. Within that size, a group takes
+// the items of one sequence in (head, tile) order, whole key heads when it
+// can: the GQA value heads of one key head and the V tiles of one head share
+// each chunk's K side (the item driver's SharedKSide). The state tiles of a
+// group also fit the profile's group budget (the scratch holds them all).
+constexpr int64_t kGroupsPerThread = 8;
+
+void FormGroups(const MachineProfile& prof, Plan* plan) {
+  const Problem& p = plan->problem;
+  const int64_t n_items = static_cast<int64_t>(plan->items.size());
+  const int64_t tile_bytes = plan->dk_padded * RoundUp(plan->v_step, kLaneMultiple) * 4;
+  const int64_t budget = std::clamp<int64_t>(prof.group_state_bytes / tile_bytes, 1, kMaxGroupItems);
+  int64_t size = std::clamp<int64_t>(n_items / (kGroupsPerThread * plan->threads), 1, budget);
+  const int64_t per_key_head = p.Nv / p.Nk * plan->v_tiles;  // items of one key head in one sequence
+  if (size >= per_key_head) size -= size % per_key_head;
+  plan->group_items = size;
+
+  struct Span {
+    int64_t begin, count, cost;
+  };
+  std::vector<Span> spans;
+  for (int64_t i = 0; i < n_items; ++i) {
+    const WorkItem& it = plan->items[i];
+    const int64_t cost = (it.tokens + 1) * it.v_width;
+    Span* last = spans.empty() ? nullptr : &spans.back();
+    // Items are in (seq, head, tile) order, so a sequence's groups start at
+    // multiples of `size` from its first item: whole key heads stay together.
+    if (last && plan->items[last->begin].seq == it.seq && last->count < size) {
+      ++last->count;
+      last->cost += cost;
+    } else {
+      spans.push_back(Span{i, 1, cost});
+    }
+  }
+  std::stable_sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.cost > b.cost; });
+  plan->group_order.clear();
+  plan->group_begin.assign(1, 0);
+  for (const Span& s : spans) {
+    for (int64_t i = s.begin; i < s.begin + s.count; ++i) plan->group_order.push_back(i);
+    plan->group_begin.push_back(static_cast<int64_t>(plan->group_order.size()));
+  }
+}
+
 }  // namespace
 
 bool SequenceHasWork(const Problem& p, int64_t b) { return p.seq_lens[b] > 0 || p.want_final_state; }
@@ -148,50 +195,7 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
     t0 += len;
   }
 
-  // Balance by tokens (seeds' avgload, but greedy longest-first so one long
-  // sequence does not strand a thread). Ties broken by index: deterministic.
-  const int nthreads = out.threads;
-  std::vector<int64_t> order(out.items.size());
-  std::iota(order.begin(), order.end(), 0);
-  auto cost = [&](int64_t i) { return (out.items[i].tokens + 1) * out.items[i].v_width; };
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cost(a) > cost(b); });
-  // Items of one key head (the Nv / Nk value heads of GQA, and V tiles) share
-  // each chunk's K side when one thread runs them back to back (the item
-  // driver's SharedKSide). Equal costs keep them adjacent in `order`, so an
-  // item follows the previous one onto its thread while that thread stays
-  // within the even share of the total (the greedy bound is kept). Only with
-  // two items per thread or more: fewer come from a V split whose tiles must
-  // spread over the threads.
-  const bool affinity = static_cast<int64_t>(out.items.size()) >= 2 * static_cast<int64_t>(nthreads);
-  int64_t total_cost = 0;
-  for (int64_t i : order) total_cost += cost(i);
-  const int64_t even_share = (total_cost + nthreads - 1) / nthreads;
-  const int64_t heads_per_key = p.Nv / p.Nk;
-  auto same_key_head = [&](int64_t a, int64_t b) {
-    return out.items[a].seq == out.items[b].seq &&
-           out.items[a].head / heads_per_key == out.items[b].head / heads_per_key;
-  };
-  std::vector<int64_t> load(static_cast<size_t>(nthreads), 0);
-  out.per_thread.assign(static_cast<size_t>(nthreads), {});
-  int64_t prev = -1, prev_thread = -1;
-  for (int64_t i : order) {
-    auto t = std::min_element(load.begin(), load.end()) - load.begin();
-    if (affinity && prev >= 0 && same_key_head(prev, i) && load[prev_thread] + cost(i) <= even_share) t = prev_thread;
-    load[t] += cost(i);
-    out.per_thread[t].push_back(i);
-    prev = i;
-    prev_thread = t;
-  }
-  for (auto& list : out.per_thread) std::sort(list.begin(), list.end());
-
-  // Items of one sequence share input rows: interleave as many as their state
-  // tiles fit the group budget (one tile = dk_pad x w FP32), and no more than
-  // a thread has (the scratch holds group_items tiles).
-  const int64_t tile_bytes = out.dk_padded * RoundUp(w, kLaneMultiple) * 4;
-  size_t most_items = 1;
-  for (const auto& list : out.per_thread) most_items = std::max(most_items, list.size());
-  out.group_items = std::clamp<int64_t>(prof.group_state_bytes / tile_bytes, 1,
-                                        std::min<int64_t>(kMaxGroupItems, static_cast<int64_t>(most_items)));
+  FormGroups(prof, &out);
   const bool packed = out.precision != Precision::kFp32 && out.chunk > 1;
   out.scratch_bytes_per_thread = ScratchLayout(out.chunk, out.dk_padded, w, out.group_items, packed).bytes();
 
@@ -209,7 +213,7 @@ Status CheckPlan(const Plan& plan) {
   if (plan.dk_padded < p.Dk || plan.dk_padded % kLaneMultiple != 0) return fail("dk_padded " + std::to_string(plan.dk_padded));
   if (plan.dk_bucket != 0 && plan.dk_bucket != plan.dk_padded) return fail("bucket/dk_padded mismatch");
   if (plan.v_step < 1 || plan.v_step > kMaxHeadDim) return fail("v_step " + std::to_string(plan.v_step));
-  if (plan.threads < 1 || static_cast<int>(plan.per_thread.size()) != plan.threads) return fail("thread lists");
+  if (plan.threads < 1) return fail("threads " + std::to_string(plan.threads));
   if (plan.group_items < 1 || plan.group_items > kMaxGroupItems) return fail("group_items " + std::to_string(plan.group_items));
   if (plan.scratch_bytes_per_thread <
       ScratchLayout(plan.chunk, plan.dk_padded, plan.v_step, plan.group_items,
@@ -219,10 +223,18 @@ Status CheckPlan(const Plan& plan) {
   // Coverage: for every (seq, head) with work, its items tile [0, Dv) once,
   // and no other item exists. Checked on the items sorted by (seq, head,
   // v_begin), in memory proportional to the items, not to B * Nv * Dv.
+  if (plan.group_begin.empty() || plan.group_begin.front() != 0 ||
+      plan.group_begin.back() != static_cast<int64_t>(plan.group_order.size())) {
+    return fail("group bounds do not span group_order");
+  }
   std::vector<int64_t> scheduled(plan.items.size(), 0);
-  for (const auto& list : plan.per_thread) {
-    for (int64_t i : list) {
+  for (int64_t g = 0; g < plan.groups(); ++g) {
+    const int64_t size = plan.GroupSize(g);
+    if (size < 1 || size > plan.group_items) return fail("group " + std::to_string(g) + " of " + std::to_string(size) + " items");
+    for (int64_t j = 0; j < size; ++j) {
+      const int64_t i = plan.GroupItems(g)[j];
       if (i < 0 || i >= static_cast<int64_t>(plan.items.size())) return fail("item index out of range");
+      if (plan.items[i].seq != plan.items[plan.GroupItems(g)[0]].seq) return fail("group " + std::to_string(g) + " spans sequences");
       ++scheduled[static_cast<size_t>(i)];
     }
   }
@@ -281,13 +293,21 @@ std::string PlanToString(const Plan& plan) {
      << " items=" << plan.items.size() << " group=" << plan.group_items << " threads=" << plan.threads
      << " precision=" << PrecisionName(plan.precision) << " scratch_per_thread=" << plan.scratch_bytes_per_thread << " target=" << ActiveTarget() << "\n";
   os << "why: " << plan.why << "\n";
-  for (size_t t = 0; t < plan.per_thread.size(); ++t) {
-    int64_t tokens = 0;
-    for (int64_t i : plan.per_thread[t]) {
-      tokens += plan.items[i].tokens * plan.items[i].v_width;
-    }
-    os << "thread " << t << ": " << plan.per_thread[t].size() << " items, " << tokens << " token-columns\n";
+  int64_t smallest = plan.groups() ? plan.group_items : 0, largest = 0;
+  for (int64_t g = 0; g < plan.groups(); ++g) {
+    smallest = std::min(smallest, plan.GroupSize(g));
+    largest = std::max(largest, plan.GroupSize(g));
   }
+  os << "groups: " << plan.groups() << " of " << smallest << ".." << largest << " items, claimed costliest first by "
+     << std::min<int64_t>(plan.threads, plan.groups()) << " threads as they free up\n";
+  constexpr int64_t kShown = 8;
+  for (int64_t g = 0; g < std::min(plan.groups(), kShown); ++g) {
+    const WorkItem& a = plan.items[plan.GroupItems(g)[0]];
+    const WorkItem& z = plan.items[plan.GroupItems(g)[plan.GroupSize(g) - 1]];
+    os << "group " << g << ": seq " << a.seq << ", heads " << a.head << ".." << z.head << ", " << plan.GroupSize(g)
+       << " items of " << a.tokens << " tokens\n";
+  }
+  if (plan.groups() > kShown) os << "... " << plan.groups() - kShown << " more groups\n";
   return os.str();
 }
 
