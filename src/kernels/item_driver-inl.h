@@ -104,30 +104,48 @@ HWY_INLINE void StoreStateTile(const ItemView& iv, const ScratchLayout& L, float
 HWY_INLINE void LoadKeyRows(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t, int64_t n) {
   const Problem& p = *iv.p;
   const Inputs& in = *iv.in;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t row = t + i;
-    float* q = base + L.q + i * L.dk_pad;
-    float* k = base + L.k + i * L.dk_pad;
-    LoadRow(At(in.query, (row * p.Nk + iv.hk) * p.Dk), in.query.dtype, p.Dk, q, L.dk_pad);
-    LoadRow(At(in.key, (row * p.Nk + iv.hk) * p.Dk), in.key.dtype, p.Dk, k, L.dk_pad);
-    if (p.options.use_qk_l2norm) {
-      L2NormalizeRow(q, p.Dk);
-      L2NormalizeRow(k, p.Dk);
+  ForDType(in.query.dtype, [&](auto tag) {  // q and k share the dtype (SPEC 3)
+    constexpr DType kT = decltype(tag)::value;
+    const int64_t first = (t * p.Nk + iv.hk) * p.Dk * kDTypeBytes<kT>, stride = p.Nk * p.Dk * kDTypeBytes<kT>;
+    const uint8_t* qrow = static_cast<const uint8_t*>(in.query.data) + first;
+    const uint8_t* krow = static_cast<const uint8_t*>(in.key.data) + first;
+    for (int64_t i = 0; i < n; ++i, qrow += stride, krow += stride) {
+      float* q = base + L.q + i * L.dk_pad;
+      float* k = base + L.k + i * L.dk_pad;
+      LoadRowAs<kT>(qrow, p.Dk, q, L.dk_pad);
+      LoadRowAs<kT>(krow, p.Dk, k, L.dk_pad);
+      if (p.options.use_qk_l2norm) {
+        L2NormalizeRow(q, p.Dk);
+        L2NormalizeRow(k, p.Dk);
+      }
     }
-  }
+  });
+}
+
+// Elements [t, t + n) of column `col` of a [T, cols] tensor as f32 into dst:
+// gathered raw, then converted as one row (the vector converters of LoadRowAs).
+HWY_INLINE void LoadColumn(const TensorView& x, int64_t cols, int64_t col, int64_t t, int64_t n, float* HWY_RESTRICT dst) {
+  ForDType(x.dtype, [&](auto tag) {
+    constexpr DType kT = decltype(tag)::value;
+    using Raw = std::conditional_t<kT == DType::kF32, float, uint16_t>;
+    HWY_ALIGN Raw raw[kMaxRowsPerStep];
+    const Raw* src = static_cast<const Raw*>(x.data) + t * cols + col;
+    for (int64_t i = 0; i < n; ++i) raw[i] = src[i * cols];
+    LoadRowAs<kT>(raw, n, dst, n);
+  });
 }
 
 // beta and g of the item's value head for rows [t, t + n).
 HWY_INLINE void LoadHeadVectors(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t,
-                                int64_t n) {
+                                         int64_t n) {
   const Problem& p = *iv.p;
   const Inputs& in = *iv.in;
-  const int64_t h = iv.it->head;
   ChunkVectors cv(base + L.vec, L.c_pad);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t row = t + i;
-    cv.beta[i] = LoadAsF32(in.beta.data, in.beta.dtype, row * p.Nv + h);
-    cv.g[i] = p.has_g ? LoadAsF32(in.g.data, in.g.dtype, row * p.Nv + h) : 0.0f;
+  LoadColumn(in.beta, p.Nv, iv.it->head, t, n, cv.beta);
+  if (p.has_g) {
+    LoadColumn(in.g, p.Nv, iv.it->head, t, n, cv.g);
+  } else {
+    for (int64_t i = 0; i < n; ++i) cv.g[i] = 0.0f;
   }
 }
 
@@ -135,16 +153,19 @@ HWY_INLINE void LoadHeadVectors(const ItemView& iv, const ScratchLayout& L, floa
 HWY_INLINE void LoadValueTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t, int64_t n) {
   const Problem& p = *iv.p;
   const Inputs& in = *iv.in;
-  const int64_t h = iv.it->head;
   const Panels rp(L.c, L);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t row = t + i;
-    for (int64_t c0 = 0; c0 < L.w_pad; c0 += rp.P) {
-      const int64_t pw = rp.Width(c0), cols = std::clamp<int64_t>(iv.it->v_width - c0, 0, pw);
-      LoadRow(At(in.value, (row * p.Nv + h) * p.Dv + iv.it->v_begin + c0), in.value.dtype, cols,
-              rp.Base(base + L.vb, c0) + i * pw, pw);
+  ForDType(in.value.dtype, [&](auto tag) {
+    constexpr DType kT = decltype(tag)::value;
+    const int64_t stride = p.Nv * p.Dv * kDTypeBytes<kT>;
+    const uint8_t* row = static_cast<const uint8_t*>(in.value.data) +
+                         ((t * p.Nv + iv.it->head) * p.Dv + iv.it->v_begin) * kDTypeBytes<kT>;
+    for (int64_t i = 0; i < n; ++i, row += stride) {
+      for (int64_t c0 = 0; c0 < L.w_pad; c0 += rp.P) {
+        const int64_t pw = rp.Width(c0), cols = std::clamp<int64_t>(iv.it->v_width - c0, 0, pw);
+        LoadRowAs<kT>(row + c0 * kDTypeBytes<kT>, cols, rp.Base(base + L.vb, c0) + i * pw, pw);
+      }
     }
-  }
+  });
 }
 
 // What an item's chunk step can take from the item before it in the group
@@ -159,8 +180,8 @@ struct SharedKSide {
   }
 };
 
-// Rows [t, t + n) of q, k, v and out for all heads of a group (consecutive
-// (seq, head, tile) items in plan order), queued for prefetching into L2
+// Rows [t, t + n) of q, k, v, out, beta and g for all heads of a group
+// (consecutive (seq, head, tile) items in plan order), queued for prefetching into L2
 // while this chunk computes (prefetch.h). `out` is queued for writing.
 HWY_INLINE void QueueGroupChunk(const ItemView* views, int64_t count, int64_t t, int64_t n, PrefetchQueue* queue) {
   if (n <= 0) return;
@@ -178,18 +199,24 @@ HWY_INLINE void QueueGroupChunk(const ItemView* views, int64_t count, int64_t t,
   add(in.key, (t * p.Nk + hk0) * p.Dk, p.Nk * p.Dk, (hk1 - hk0 + 1) * p.Dk, false);
   add(in.value, t * p.Nv * p.Dv + v_first, p.Nv * p.Dv, v_last - v_first, false);
   add(views[0].out->out, t * p.Nv * p.Dv + v_first, p.Nv * p.Dv, v_last - v_first, true);
+  add(in.beta, t * p.Nv + a.head, p.Nv, z.head - a.head + 1, false);
+  if (p.has_g) add(in.g, t * p.Nv + a.head, p.Nv, z.head - a.head + 1, false);
 }
 
 HWY_INLINE void StoreOutputRows(const ItemView& iv, const ScratchLayout& L, const float* HWY_RESTRICT o, int64_t t, int64_t n) {
   const Problem& p = *iv.p;
   const Panels rp(L.c, L);
-  for (int64_t c0 = 0; c0 < iv.it->v_width; c0 += rp.P) {
-    const int64_t pw = rp.Width(c0), cols = std::min(pw, iv.it->v_width - c0);
-    for (int64_t i = 0; i < n; ++i) {
-      StoreRow(rp.Base(o, c0) + i * pw, cols, iv.out->out.dtype,
-               AtMut(iv.out->out, ((t + i) * p.Nv + iv.it->head) * p.Dv + iv.it->v_begin + c0));
+  const TensorView& out = iv.out->out;
+  ForDType(out.dtype, [&](auto tag) {
+    constexpr DType kT = decltype(tag)::value;
+    const int64_t stride = p.Nv * p.Dv * kDTypeBytes<kT>;
+    uint8_t* first = static_cast<uint8_t*>(out.data) + ((t * p.Nv + iv.it->head) * p.Dv + iv.it->v_begin) * kDTypeBytes<kT>;
+    for (int64_t c0 = 0; c0 < iv.it->v_width; c0 += rp.P) {
+      const int64_t pw = rp.Width(c0), cols = std::min(pw, iv.it->v_width - c0);
+      uint8_t* row = first + c0 * kDTypeBytes<kT>;
+      for (int64_t i = 0; i < n; ++i, row += stride) StoreRowAs<kT>(rp.Base(o, c0) + i * pw, cols, row);
     }
-  }
+  });
 }
 
 // C = 1: tokens [t, t + n) of one item (n <= kRecurrentSpan), token by

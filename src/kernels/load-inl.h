@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/dtype.h"
 #include "core/l2norm.h"
@@ -24,15 +25,34 @@ namespace cgdr {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The dtype as a compile-time constant: the row loops of the item driver
+// dispatch once per tile (ForDType) instead of once per row, so each row is
+// its conversion loop and nothing else.
+template <DType kT>
+using DTypeTag = std::integral_constant<DType, kT>;
+
+template <class Fn>
+HWY_INLINE void ForDType(DType t, const Fn& fn) {
+  switch (t) {
+    case DType::kF32: return fn(DTypeTag<DType::kF32>{});
+    case DType::kBF16: return fn(DTypeTag<DType::kBF16>{});
+    default: return fn(DTypeTag<DType::kF16>{});
+  }
+}
+
+template <DType kT>
+constexpr int64_t kDTypeBytes = kT == DType::kF32 ? 4 : 2;
+
 // dst[0, n) = src[0, n) as f32; dst[n, n_pad) = 0.
-HWY_INLINE void LoadRow(const void* src, DType t, int64_t n, float* HWY_RESTRICT dst, int64_t n_pad) {
+template <DType kT>
+HWY_INLINE void LoadRowAs(const void* HWY_RESTRICT src, int64_t n, float* HWY_RESTRICT dst, int64_t n_pad) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
-  if (t == DType::kF32) {
+  if constexpr (kT == DType::kF32) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
     i = n;
-  } else if (t == DType::kBF16) {
+  } else if constexpr (kT == DType::kBF16) {
     const auto* s = static_cast<const uint16_t*>(src);
     const hn::Rebind<uint16_t, decltype(d)> du16;
     const hn::RebindToUnsigned<decltype(d)> du32;
@@ -54,15 +74,18 @@ HWY_INLINE void LoadRow(const void* src, DType t, int64_t n, float* HWY_RESTRICT
   for (; i < n_pad; ++i) dst[i] = 0.0f;
 }
 
-// dst[0, n) = src[0, n) converted to t (round to nearest even).
-HWY_INLINE void StoreRow(const float* HWY_RESTRICT src, int64_t n, DType t, void* dst) {
-  if (t == DType::kF32) {
+HWY_INLINE void LoadRow(const void* src, DType t, int64_t n, float* HWY_RESTRICT dst, int64_t n_pad) {
+  ForDType(t, [&](auto tag) { LoadRowAs<decltype(tag)::value>(src, n, dst, n_pad); });
+}
+
+// dst[0, n) = src[0, n) converted to kT (round to nearest even).
+template <DType kT>
+HWY_INLINE void StoreRowAs(const float* HWY_RESTRICT src, int64_t n, void* HWY_RESTRICT dst) {
+  if constexpr (kT == DType::kF32) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-    return;
-  }
-  auto* h = static_cast<uint16_t*>(dst);
-  int64_t i = 0;
-  if (t == DType::kF16) {
+  } else if constexpr (kT == DType::kF16) {
+    auto* h = static_cast<uint16_t*>(dst);
+    int64_t i = 0;
 #if HWY_TARGET <= HWY_AVX2
     const hn::ScalableTag<float> d;
     const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -74,6 +97,8 @@ HWY_INLINE void StoreRow(const float* HWY_RESTRICT src, int64_t n, DType t, void
     for (; i < n; ++i) h[i] = F32ToF16(src[i]);
   } else {
     // Bf16Bits: the rounding of F32ToBF16 (nearest even, NaN kept) in registers.
+    auto* h = static_cast<uint16_t*>(dst);
+    int64_t i = 0;
     const DBF d;
     const int64_t N = static_cast<int64_t>(hn::Lanes(d));
     const hn::Rebind<uint16_t, DBF> du16;
@@ -83,6 +108,10 @@ HWY_INLINE void StoreRow(const float* HWY_RESTRICT src, int64_t n, DType t, void
     }
     for (; i < n; ++i) h[i] = F32ToBF16(src[i]);
   }
+}
+
+HWY_INLINE void StoreRow(const float* HWY_RESTRICT src, int64_t n, DType t, void* dst) {
+  ForDType(t, [&](auto tag) { StoreRowAs<decltype(tag)::value>(src, n, dst); });
 }
 
 }  // namespace HWY_NAMESPACE

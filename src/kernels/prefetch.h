@@ -1,4 +1,4 @@
-// PrefetchQueue: the cache lines of the next chunk's rows (q, k, v, out of a
+// PrefetchQueue: the cache lines of the next chunk's rows (q, k, v, out, beta, g of a
 // group of items), issued a few at a time between the register tiles of the
 // state products instead of in one burst.
 //
@@ -61,7 +61,7 @@ class PrefetchQueue {
     int64_t stride, rows, bytes;
     bool write;
   };
-  static constexpr int kMaxSpans = 4;
+  static constexpr int kMaxSpans = 6;  // q, k, v, out, beta, g
   Span spans_[kMaxSpans] = {};
   int count_ = 0, next_ = 0;
   int64_t row_ = 0, offset_ = 0;

@@ -15,6 +15,7 @@ inline int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 // C = 1 loads this many tokens' rows at once and runs them panel by panel.
 constexpr int64_t kRecurrentSpan = 16;
 inline int64_t RowsPerStep(int64_t chunk) { return chunk == 1 ? kRecurrentSpan : chunk; }
+constexpr int64_t kMaxRowsPerStep = 128;  // the largest chunk (C = 128)
 
 struct ScratchLayout {
   // Panel widths (floats): K side padded to dk_pad, V side to w_pad, chunk to c_pad.
