@@ -305,29 +305,47 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// One warm-up run (faults in pages, scratch, dispatch), then `reps` timed runs,
-// or, when reps == 0, enough to fill ~min_s (at least 3; fewer only for runs
-// that alone take seconds).
-Status TimeRuns(const Inputs& in, const Outputs& out, const Options& opt, int reps, double min_s, Timing* t) {
+// One warm-up run of each option (faults in pages, scratch, dispatch), then
+// `reps` rounds in which the options run once each, in turn; when reps == 0,
+// enough rounds to fill ~min_s per option (at least 3; fewer only for rounds
+// that alone take seconds). In turn, so that a slow minute of a shared
+// machine falls on every option alike: what they are compared on (--algo
+// all, check_values on/off) is then the options, not the minutes.
+Status TimeRunsInTurn(const Inputs& in, const Outputs& out, const std::vector<Options>& opts, int reps, double min_s,
+                      std::vector<Timing>* timings) {
   auto t0 = Clock::now();
-  Status s = Run(in, out, opt);
-  if (!s.ok()) return s;
-  const double warm = Since(t0);
+  for (const Options& o : opts) {
+    if (Status s = Run(in, out, o); !s.ok()) return s;
+  }
+  const double round = Since(t0);
   if (reps <= 0) {
-    const int min_reps = warm > 3.0 ? 1 : warm > 1.0 ? 2 : 3;
-    reps = std::clamp(static_cast<int>(std::ceil(min_s / std::max(warm, 1e-6))), min_reps, 200);
+    const double budget = min_s * static_cast<double>(opts.size());
+    const int min_reps = round > 3.0 ? 1 : round > 1.0 ? 2 : 3;
+    reps = std::clamp(static_cast<int>(std::ceil(budget / std::max(round, 1e-6))), min_reps, 200);
   }
-  std::vector<double> times;
+  std::vector<std::vector<double>> times(opts.size());
   for (int i = 0; i < reps; ++i) {
-    t0 = Clock::now();
-    s = Run(in, out, opt);
-    times.push_back(Since(t0));
-    if (!s.ok()) return s;
+    for (size_t k = 0; k < opts.size(); ++k) {
+      t0 = Clock::now();
+      const Status s = Run(in, out, opts[k]);
+      times[k].push_back(Since(t0));
+      if (!s.ok()) return s;
+    }
   }
-  t->median_s = Median(times);
-  t->best_s = *std::min_element(times.begin(), times.end());
-  t->reps = reps;
+  timings->assign(opts.size(), Timing{});
+  for (size_t k = 0; k < opts.size(); ++k) {
+    (*timings)[k].median_s = Median(times[k]);
+    (*timings)[k].best_s = *std::min_element(times[k].begin(), times[k].end());
+    (*timings)[k].reps = reps;
+  }
   return Status::Ok();
+}
+
+Status TimeRuns(const Inputs& in, const Outputs& out, const Options& opt, int reps, double min_s, Timing* t) {
+  std::vector<Timing> one;
+  Status s = TimeRunsInTurn(in, out, {opt}, reps, min_s, &one);
+  if (s.ok()) *t = one[0];
+  return s;
 }
 
 Status PlanFor(const Inputs& in, const Outputs& out, const Options& opt, Plan* plan) {
@@ -440,32 +458,49 @@ void FillTiming(const Timing& t, int64_t T, double flops, double peak, RowResult
   r->pct_peak_best = 100.0 * flops / t.best_s / 1e9 / peak;
 }
 
-// Times one row under one formulation and fills everything but `extra`.
-Status BenchRow(const RowSpec& spec, Case& data, Algo algo, const BenchConfig& cfg, PeakCache& peaks,
-                HeadProblem& head, RowResult* r) {
+// One way to run a row: a formulation on a number of threads.
+struct Variant {
+  Algo algo = Algo::kAuto;
+  int threads = 1;
+};
+
+// Times one row under each variant (in turn, TimeRunsInTurn) and fills
+// everything but `extra`, one result per variant.
+Status BenchRow(const RowSpec& spec, Case& data, const std::vector<Variant>& variants, const BenchConfig& cfg,
+                PeakCache& peaks, HeadProblem& head, std::vector<RowResult>* results) {
   Inputs in;
   Outputs out;
   RowViews(data, spec.lens, &in, &out);
-  Options opt = data.options();
-  opt.algo = algo;
-  opt.precision = cfg.precision;
-  opt.threads = spec.threads > 0 ? spec.threads : cfg.threads;
-  Plan plan;
-  Status s = PlanFor(in, out, opt, &plan);
-  if (!s.ok()) return s;
-  Timing t;
-  s = TimeRuns(in, out, opt, cfg.reps, cfg.quick ? 0.15 : 0.5, &t);
-  if (!s.ok()) return s;
-  r->spec = spec;
-  r->requested = algo;
-  r->precision = opt.precision;
-  r->threads = opt.threads;
-  r->chunk = plan.chunk;
-  r->v_step = plan.v_step;
+  std::vector<Options> opts;
+  std::vector<Plan> plans(variants.size());
+  for (size_t k = 0; k < variants.size(); ++k) {
+    Options opt = data.options();
+    opt.algo = variants[k].algo;
+    opt.precision = cfg.precision;
+    opt.threads = variants[k].threads;
+    if (Status s = PlanFor(in, out, opt, &plans[k]); !s.ok()) return s;
+    opts.push_back(opt);
+  }
+  std::vector<Timing> timings;
+  if (Status s = TimeRunsInTurn(in, out, opts, cfg.reps, cfg.quick ? 0.15 : 0.5, &timings); !s.ok()) return s;
   const int64_t T = TotalTokens(spec.lens);
-  FillTiming(t, T, AlgoFlops(T, spec.Nv, spec.Dk, spec.Dv), peaks.Get(opt.threads).gflops, r);
-  r->rel_err = head.RelErr(out.out);  // `out` holds the last timed run's result
-  r->rounding_err = head.rounding_err();
+  for (size_t k = 0; k < variants.size(); ++k) {
+    RowResult r;
+    r.spec = spec;
+    r.requested = variants[k].algo;
+    r.precision = opts[k].precision;
+    r.threads = opts[k].threads;
+    r.chunk = plans[k].chunk;
+    r.v_step = plans[k].v_step;
+    FillTiming(timings[k], T, AlgoFlops(T, spec.Nv, spec.Dk, spec.Dv), peaks.Get(opts[k].threads).gflops, &r);
+    // `out` holds the last option's result: the others run once more for their error.
+    if (k + 1 < variants.size()) {
+      if (Status s = Run(in, out, opts[k]); !s.ok()) return s;
+    }
+    r.rel_err = head.RelErr(out.out);
+    r.rounding_err = head.rounding_err();
+    results->push_back(std::move(r));
+  }
   return Status::Ok();
 }
 
@@ -480,11 +515,13 @@ Status CheckValuesOverhead(Case& data, const RowSpec& spec, const BenchConfig& c
   opt.algo = r->requested;
   opt.precision = r->precision;
   opt.threads = r->threads;
-  Timing off, on;
-  Status s = TimeRuns(in, out, opt, cfg.reps, cfg.quick ? 0.15 : 0.5, &off);
-  opt.check_values = true;
-  if (s.ok()) s = TimeRuns(in, out, opt, cfg.reps, cfg.quick ? 0.15 : 0.5, &on);
+  Options checked = opt;
+  checked.check_values = true;
+  std::vector<Timing> timings;
+  Status s = TimeRunsInTurn(in, out, {opt, checked}, cfg.reps, cfg.quick ? 0.15 : 0.5, &timings);
   if (!s.ok()) return s;
+  const Timing& off = timings[0];
+  const Timing& on = timings[1];
   const double pct = 100.0 * (on.median_s - off.median_s) / off.median_s;
   std::printf("  -> check_values: off %.3f ms, on %.3f ms: %+.1f%% (input scan + output finiteness scan)\n",
               off.median_s * 1e3, on.median_s * 1e3, pct);
@@ -511,18 +548,16 @@ void CompareAlgos(std::vector<RowResult>& variants) {
 }
 
 // 1 thread vs all threads on the flagship (same formulation as the flagship row).
-void AddScaling(std::vector<RowResult>& results) {
-  const RowResult* all = nullptr;
-  for (auto& r : results) {
-    if (r.spec.group == "flagship" && r.requested == results.back().requested) all = &r;
-  }
-  RowResult& one = results.back();
-  if (!all || one.spec.group != "scaling") return;
-  const double speedup = one.seconds / all->seconds;
-  std::printf("  -> thread scaling (T=%lld): 1 thread %.3f ms, %d threads %.3f ms: %.2fx (ideal %dx)\n",
-              static_cast<long long>(one.T), one.seconds * 1e3, all->threads, all->seconds * 1e3, speedup, all->threads);
+// The scaling row (1 thread) was timed in turn with the same formulation on
+// all threads (`all`, not a row of its own): the speedup compares them on
+// the same minutes of this shared machine.
+void AddScaling(const RowResult& all, RowResult& one) {
+  const double speedup = one.seconds / all.seconds;
+  std::printf("  -> thread scaling (T=%lld, timed in turn): 1 thread %.3f ms, %d threads %.3f ms: %.2fx (ideal %dx)\n",
+              static_cast<long long>(one.T), one.seconds * 1e3, all.threads, all.seconds * 1e3, speedup, all.threads);
   one.extra["scaling_speedup"] = speedup;
-  one.extra["scaling_threads"] = all->threads;
+  one.extra["scaling_threads"] = all.threads;
+  one.extra["scaling_all_threads_seconds"] = all.seconds;
 }
 
 Status ParseBenchFlags(int argc, char** argv, BenchConfig* cfg, bool* help) {
@@ -716,21 +751,27 @@ int BenchMain(int argc, char** argv) {
       head = std::make_unique<HeadProblem>(in, p, spec.Nv / 2);
       s = head->Prepare();
     }
-    // The scaling row is one extra run of the flagship, not a formulation comparison.
-    const std::vector<Algo> algos = spec.group == "scaling" ? std::vector<Algo>{cfg.algos[0]} : cfg.algos;
-    std::vector<RowResult> variants;
-    for (Algo a : algos) {
-      if (!s.ok()) break;
-      RowResult r;
-      s = BenchRow(spec, data, a, cfg, peaks, *head, &r);
-      if (s.ok()) PrintRow(r);
-      if (s.ok() && spec.group == "flagship" && a == algos[0]) s = CheckValuesOverhead(data, spec, cfg, &r);
-      if (s.ok()) variants.push_back(std::move(r));
+    // The scaling row: the flagship on 1 thread, timed in turn with all threads.
+    const bool scaling = spec.group == "scaling";
+    std::vector<Variant> runs;
+    if (scaling) {
+      runs = {Variant{cfg.algos[0], 1}, Variant{cfg.algos[0], cfg.threads}};
+    } else {
+      for (Algo a : cfg.algos) runs.push_back(Variant{a, spec.threads > 0 ? spec.threads : cfg.threads});
     }
+    std::vector<RowResult> variants;
+    if (s.ok()) s = BenchRow(spec, data, runs, cfg, peaks, *head, &variants);
+    if (s.ok() && scaling) {
+      AddScaling(variants[1], variants[0]);
+      variants.pop_back();
+    }
+    if (s.ok()) {
+      for (const RowResult& r : variants) PrintRow(r);
+    }
+    if (s.ok() && spec.group == "flagship") s = CheckValuesOverhead(data, spec, cfg, &variants[0]);
     if (!s.ok()) return cli::ReportError(Status(s.code(), "bench row " + spec.name + ": " + s.message()));
     if (cfg.all_algos && variants.size() > 1) CompareAlgos(variants);
     for (auto& v : variants) results.push_back(std::move(v));
-    if (spec.group == "scaling") AddScaling(results);
   }
 
   std::printf("\n%zu rows in %.1f s\n", results.size(), Since(start));
