@@ -855,27 +855,33 @@ void FitConstants(const std::vector<TunePoint>& pts, int c, double* a, double* b
   *a = std::max(*a, 0.01);
 }
 
-Status MeasurePoint(Algo algo, int threads, TunePoint* pt, double min_s, int* chunk) {
+// One head shape under every tuned formulation, timed in turn (TimeRunsInTurn)
+// so the fit compares formulations on the same minutes. pts[i] comes in with
+// the shape and leaves with formulation i's time; chunks[i] is its C.
+Status MeasureShape(int threads, double min_s, TunePoint (&pts)[4], int (&chunks)[4]) {
   CaseSpec s;
-  s.Nk = s.Nv = pt->Nv;
-  s.Dk = pt->Dk;
-  s.Dv = pt->Dv;
-  s.lens = {static_cast<int32_t>(pt->T)};
+  s.Nk = s.Nv = pts[0].Nv;
+  s.Dk = pts[0].Dk;
+  s.Dv = pts[0].Dv;
+  s.lens = {static_cast<int32_t>(pts[0].T)};
   s.dtype = kBenchDType;
   s.state_dtype = kBenchDType;
   Case c = MakeCase(s);
-  Options opt = c.options();
-  opt.algo = algo;
-  opt.threads = threads;
-  Plan plan;
-  Status st = PlanFor(c.inputs(), c.outputs(), opt, &plan);
-  if (!st.ok()) return st;
-  pt->dk_pad = plan.dk_padded;
-  *chunk = plan.chunk;
-  Timing t;
-  st = TimeRuns(c.inputs(), c.outputs(), opt, 0, min_s, &t);
-  pt->seconds = t.median_s;
-  return st;
+  std::vector<Options> opts;
+  for (int i = 0; i < 4; ++i) {
+    Options opt = c.options();
+    opt.algo = kTuneAlgos[i];
+    opt.threads = threads;
+    Plan plan;
+    if (Status st = PlanFor(c.inputs(), c.outputs(), opt, &plan); !st.ok()) return st;
+    pts[i].dk_pad = plan.dk_padded;
+    chunks[i] = plan.chunk;
+    opts.push_back(opt);
+  }
+  std::vector<Timing> t;
+  if (Status st = TimeRunsInTurn(c.inputs(), c.outputs(), opts, 0, min_s, &t); !st.ok()) return st;
+  for (int i = 0; i < 4; ++i) pts[i].seconds = t[i].median_s;
+  return Status::Ok();
 }
 
 std::string DefaultProfilePath() {
@@ -948,20 +954,25 @@ int TuneMain(int argc, char** argv) {
   double state_cost[4], inchunk_cost[4];
   std::vector<std::vector<TunePoint>> all(4);
   std::printf("%-10s %4s %4s %10s %10s %10s %7s\n", "algo", "Dk", "Dv", "ms", "units", "model", "err%");
-  for (int i = 0; i < 4; ++i) {
-    int chunk = 1;
-    for (const auto& [dk, dv] : shapes) {
-      TunePoint pt;
+  int chunks[4] = {1, 1, 1, 1};
+  for (const auto& [dk, dv] : shapes) {
+    TunePoint pts[4];
+    for (TunePoint& pt : pts) {
       pt.Dk = dk;
       pt.Dv = dv;
       pt.T = T;
       pt.Nv = 2 * threads;
-      if (s = MeasurePoint(kTuneAlgos[i], threads, &pt, quick ? 0.05 : 0.25, &chunk); !s.ok()) {
-        return cli::ReportError(Status(s.code(), std::string("tune ") + AlgoName(kTuneAlgos[i]) + ": " + s.message()));
-      }
-      pt.units = pt.seconds * fma_per_s / static_cast<double>(pt.T * pt.Nv);
-      all[i].push_back(pt);
     }
+    if (s = MeasureShape(threads, quick ? 0.05 : 0.25, pts, chunks); !s.ok()) {
+      return cli::ReportError(Status(s.code(), "tune Dk=" + std::to_string(dk) + " Dv=" + std::to_string(dv) + ": " + s.message()));
+    }
+    for (int i = 0; i < 4; ++i) {
+      pts[i].units = pts[i].seconds * fma_per_s / static_cast<double>(pts[i].T * pts[i].Nv);
+      all[i].push_back(pts[i]);
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    const int chunk = chunks[i];
     FitConstants(all[i], chunk, &state_cost[i], &inchunk_cost[i]);
     for (const auto& pt : all[i]) {
       const double model = state_cost[i] * XState(pt, chunk) + inchunk_cost[i] * XInchunk(pt, chunk) + Fixed(pt, chunk);
