@@ -18,7 +18,12 @@ struct MachineProfile {
   // Relative cost of one multiply-add, per formulation, measured by `cgdr tune`
   // (index: recurrent, chunk16, chunk32, chunk64). Lower is faster.
   double state_fma_cost[4] = {2.2, 1.0, 1.0, 1.0};
-  double inchunk_fma_cost[4] = {0.0, 1.0, 1.0, 1.0};
+  // C = 32's in-chunk products cost more per FMA than C = 16's: its inverse
+  // has dense 16x16 blocks (U10 = U11 A10 U00) and its C x C tiles fill
+  // registers less. `cgdr bench --algo all` (formulations timed in turn) had
+  // chunk32 / chunk16 = 1.03-1.14 on every Dk = Dv = 128 row, where 1.0 here
+  // models 1.035 at large T; 1.5 models ~1.1.
+  double inchunk_fma_cost[4] = {0.0, 1.0, 1.5, 1.0};
   // The state products stream a panel of S (dk x 64 FP32) against the chunk's
   // Kcd/Q rows (C x dk); when both do not fit L1 together every product
   // re-reads them from L2 (measured here: C = 64 at Dk = 128 runs ~1.6x slower
