@@ -142,6 +142,11 @@ TEST(Plan, CheckPlanCatchesBrokenPlans) {
   Plan unbounded = plan;
   unbounded.group_begin.back() -= 1;
   EXPECT_FALSE(CheckPlan(unbounded).ok());
+  Plan overrun = plan;  // a bound past group_order that the last bound hides
+  overrun.group_items = 8;
+  overrun.scratch_bytes_per_thread *= 8;
+  overrun.group_begin.insert(overrun.group_begin.end() - 1, static_cast<int64_t>(overrun.group_order.size()) + 2);
+  EXPECT_FALSE(CheckPlan(overrun).ok());
   Plan mixed = plan;  // one group over both sequences
   mixed.group_items = 4;
   mixed.scratch_bytes_per_thread *= 4;

@@ -230,7 +230,10 @@ Status CheckPlan(const Plan& plan) {
   std::vector<int64_t> scheduled(plan.items.size(), 0);
   for (int64_t g = 0; g < plan.groups(); ++g) {
     const int64_t size = plan.GroupSize(g);
-    if (size < 1 || size > plan.group_items) return fail("group " + std::to_string(g) + " of " + std::to_string(size) + " items");
+    if (size < 1 || size > plan.group_items || plan.group_begin[g + 1] > static_cast<int64_t>(plan.group_order.size())) {
+      return fail("group " + std::to_string(g) + " of " + std::to_string(size) + " items from " +
+                  std::to_string(plan.group_begin[g]));
+    }
     for (int64_t j = 0; j < size; ++j) {
       const int64_t i = plan.GroupItems(g)[j];
       if (i < 0 || i >= static_cast<int64_t>(plan.items.size())) return fail("item index out of range");
