@@ -296,6 +296,10 @@ void BucketDriver<kDkPad>::RunGroup(const Plan& plan, const Inputs& in, const Ou
     const int64_t n = std::min<int64_t>(step, t_end - t);
     PrefetchQueue next_chunk;
     QueueGroupChunk(views, count, t + step, std::min<int64_t>(step, t_end - t - step), &next_chunk);
+    // Paced over the chunk's state products (3 dk x width multiply-adds per row and item).
+    int64_t state_fmas = 0;
+    for (int64_t g = 0; g < count; ++g) state_fmas += 3 * n * L.dk_pad * views[g].it->v_width;
+    next_chunk.Pace(state_fmas);
     if (plan.chunk == 1) next_chunk.Drain();  // no tiles to spread the lines over
     for (int64_t g = 0; g < count; ++g) {
       if (plan.chunk == 1) {
