@@ -42,8 +42,7 @@ CostTerms ModelTerms(const MachineProfile& prof, int chunk, int64_t len, int64_t
   const double n = static_cast<double>(len), dk = static_cast<double>(dk_pad), v = static_cast<double>(dv);
   t.state = n * 3.0 * dk * v;
   if (chunk == 1) return t;
-  double panel = 64;  // the kernel's S panel on AVX-512 (PanelCols in kernels/gemm-inl.h)
-  while (panel > 16 && dk * panel * 4.0 > 32 * 1024) panel /= 2;
+  const double panel = 64;  // the kernel's S panel on AVX-512 (PanelCols in kernels/gemm-inl.h)
   const bool fits_l1 = (chunk * dk + dk * panel) * 4.0 <= static_cast<double>(prof.l1_bytes);
   if (!fits_l1) t.state *= prof.l1_miss_factor;
   t.inchunk = n * 0.5 * chunk * (3.0 * dk + 2.0 * v);
