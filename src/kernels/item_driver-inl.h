@@ -52,28 +52,54 @@ struct ItemView {
   Precision plan_precision;  // plan.precision: arithmetic of the chunked products
 };
 
+// The vk layout stores the state transposed ([Dv][Dk]: one row per V
+// column). It moves through L.line a vector's worth of rows at a time: N rows
+// of Dk there, and lane i of S[r][j0 .. j0 + N) is element r of row i, one
+// gather (load) or scatter (store) per row of S instead of a scalar access
+// per element (a tenth of a short call's time went there).
+HWY_INLINE hn::Vec<hn::RebindToSigned<hn::ScalableTag<float>>> TransitRows(int64_t dk_pad) {
+  const hn::RebindToSigned<hn::ScalableTag<float>> di;
+  return hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(dk_pad)));
+}
+
 // S tile [dk_pad x w_pad] (column panels) from initial_state (zero when
 // absent); zero padding.
 HWY_INLINE void LoadStateTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT S) {
   const Problem& p = *iv.p;
   const WorkItem& it = *iv.it;
   const Panels sp(L.dk_pad, L);
-  for (int64_t i = 0; i < L.dk_pad * L.w_pad; ++i) S[i] = 0.0f;
   const TensorView& init = iv.in->initial_state;
-  if (!init.present()) return;
+  if (!init.present()) {
+    for (int64_t i = 0; i < L.dk_pad * L.w_pad; ++i) S[i] = 0.0f;
+    return;
+  }
   if (p.options.state_layout == StateLayout::kKV) {
-    for (int64_t c0 = 0; c0 < it.v_width; c0 += sp.P) {
-      const int64_t pw = sp.Width(c0), cols = std::min(pw, it.v_width - c0);
+    for (int64_t c0 = 0; c0 < L.w_pad; c0 += sp.P) {
+      const int64_t pw = sp.Width(c0), cols = std::clamp<int64_t>(it.v_width - c0, 0, pw);
+      float* panel = sp.Base(S, c0);
       for (int64_t r = 0; r < p.Dk; ++r) {
-        LoadRow(At(init, iv.state_base + r * p.Dv + it.v_begin + c0), init.dtype, cols, sp.Base(S, c0) + r * pw, pw);
+        LoadRow(At(init, iv.state_base + r * p.Dv + it.v_begin + c0), init.dtype, cols, panel + r * pw, pw);
+      }
+      for (int64_t i = p.Dk * pw; i < L.dk_pad * pw; ++i) panel[i] = 0.0f;  // rows Dk .. dk_pad
+    }
+    return;
+  }
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto rows = TransitRows(L.dk_pad);
+  float* line = base + L.line;
+  for (int64_t j0 = 0; j0 < L.w_pad; j0 += N) {  // past v_width: zero rows, zero columns of S
+    for (int64_t i = 0; i < N; ++i) {
+      float* row = line + i * L.dk_pad;
+      if (j0 + i < it.v_width) {
+        LoadRow(At(init, iv.state_base + (it.v_begin + j0 + i) * p.Dk), init.dtype, p.Dk, row, L.dk_pad);
+      } else {
+        for (int64_t r = 0; r < L.dk_pad; ++r) row[r] = 0.0f;
       }
     }
-  } else {
-    float* line = base + L.line;
-    for (int64_t j = 0; j < it.v_width; ++j) {
-      LoadRow(At(init, iv.state_base + (it.v_begin + j) * p.Dk), init.dtype, p.Dk, line, p.Dk);
-      for (int64_t r = 0; r < p.Dk; ++r) *sp.At(S, r, j) = line[r];
-    }
+    const int64_t c0 = j0 / sp.P * sp.P, pw = sp.Width(c0);  // P is a multiple of N
+    float* panel = sp.Base(S, c0) + (j0 - c0);
+    for (int64_t r = 0; r < L.dk_pad; ++r) hn::Store(hn::GatherIndex(d, line + r, rows), d, panel + r * pw);
   }
 }
 
@@ -91,11 +117,18 @@ HWY_INLINE void StoreStateTile(const ItemView& iv, const ScratchLayout& L, float
         StoreRow(sp.Base(S, c0) + r * pw, cols, fin.dtype, AtMut(fin, iv.state_base + r * p.Dv + it.v_begin + c0));
       }
     }
-  } else {
-    float* line = base + L.line;
-    for (int64_t j = 0; j < it.v_width; ++j) {
-      for (int64_t r = 0; r < p.Dk; ++r) line[r] = *sp.At(S, r, j);
-      StoreRow(line, p.Dk, fin.dtype, AtMut(fin, iv.state_base + (it.v_begin + j) * p.Dk));
+    return;
+  }
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto rows = TransitRows(L.dk_pad);
+  float* line = base + L.line;
+  for (int64_t j0 = 0; j0 < it.v_width; j0 += N) {
+    const int64_t c0 = j0 / sp.P * sp.P, pw = sp.Width(c0);
+    const float* panel = sp.Base(S, c0) + (j0 - c0);
+    for (int64_t r = 0; r < p.Dk; ++r) hn::ScatterIndex(hn::Load(d, panel + r * pw), d, line + r, rows);
+    for (int64_t i = 0; i < std::min(N, it.v_width - j0); ++i) {
+      StoreRow(line + i * L.dk_pad, p.Dk, fin.dtype, AtMut(fin, iv.state_base + (it.v_begin + j0 + i) * p.Dk));
     }
   }
 }

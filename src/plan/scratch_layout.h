@@ -42,7 +42,7 @@ struct ScratchLayout {
   int64_t vnew = 0;     // [c][w_pad]        Vnew = A Vb - Kcd S
   int64_t o = 0;        // [c][w_pad]        output rows of the tile
   int64_t vec = 0;      // [8][c_pad]        g, G, e^G, beta, e^(G_last-G), ...
-  int64_t line = 0;     // [max(dk_pad, w_pad)] one state row in transit (layout vk)
+  int64_t line = 0;     // [16][dk_pad]      state rows in transit (layout vk), a vector's worth
   // bf16 precision modes only (empty for fp32): operands of one product packed
   // as bf16 pairs along k, hi and lo parts, for up to two segments.
   int64_t pack = 0;        // [2 segments][A hi, A lo, B hi, B lo] of pack_part words each
@@ -79,7 +79,7 @@ struct ScratchLayout {
     vnew = take(c * w_pad);
     o = take(c * w_pad);
     vec = take(8 * c_pad);
-    line = take(dk_pad > w_pad ? dk_pad : w_pad);
+    line = take(kLaneMultiple * dk_pad);
     if (packed) {
       // Any operand of a product: rows, k and columns are each at most
       // max(c_pad, dk_pad, 64) (64: the widest V panel); k in pairs.
