@@ -59,6 +59,13 @@ struct GemmJob {
   bool lower_result = false;
   // Lines of the next chunk to issue between tiles (null: none).
   PrefetchQueue* prefetch = nullptr;
+
+  // k over all segments: the multiply-adds per element of C.
+  int64_t KSum() const {
+    int64_t k = 0;
+    for (int s = 0; s < segments; ++s) k += seg[s].k;
+    return k;
+  }
 };
 
 // Register block: rows x column vectors. 32 vector registers on AVX-512 hold

@@ -69,7 +69,7 @@ HWY_INLINE void GemmTile(DF d, const GemmJob& job, int64_t r0, int64_t c0) {
 // Columns [c0, c0 + NV vectors) for every row block. Column panels are the
 // outer loop so one panel of B stays in L1 while all row blocks stream past.
 // After each tile, the next chunk's lines that its multiply-adds pay for
-// (PrefetchQueue::Credit; k_sum: the job's k over all segments).
+// (PrefetchQueue::Credit; k_sum: GemmJob::KSum).
 template <int R, int NV>
 HWY_INLINE void GemmTileAndPrefetch(DF d, const GemmJob& job, int64_t r0, int64_t c0, int64_t k_sum) {
   GemmTile<R, NV>(d, job, r0, c0);
@@ -79,8 +79,7 @@ HWY_INLINE void GemmTileAndPrefetch(DF d, const GemmJob& job, int64_t r0, int64_
 template <int NV>
 HWY_INLINE void GemmColumnPanel(DF d, const GemmJob& job, int64_t c0) {
   constexpr int R = RowsPerBlock<NV>();
-  int64_t k_sum = 0;
-  for (int s = 0; s < job.segments; ++s) k_sum += job.seg[s].k;
+  const int64_t k_sum = job.KSum();
   // Lower-triangular results need columns <= row only: rows before c0 skip the panel.
   int64_t r0 = job.lower_result ? std::min<int64_t>(job.rows, c0) : 0;
   for (; r0 + R <= job.rows; r0 += R) GemmTileAndPrefetch<R, NV>(d, job, r0, c0, k_sum);

@@ -115,11 +115,7 @@ HWY_INLINE void RunPackedJob(const PackedJob& pj) {
 HWY_NOINLINE void GemmBf16(const GemmJob& job, Precision prec, uint32_t* HWY_RESTRICT pack, int64_t part) {
   const bool split = prec != Precision::kBf16;
   // The packed kernel has no tile hook: the product's lines at its start.
-  if (job.prefetch) {
-    int64_t k_sum = 0;
-    for (int s = 0; s < job.segments; ++s) k_sum += job.seg[s].k;
-    job.prefetch->Credit(job.rows * job.cols * k_sum);
-  }
+  if (job.prefetch) job.prefetch->Credit(job.rows * job.cols * job.KSum());
   PackedJob pj;
   pj.rows = job.rows; pj.cols = job.cols; pj.c = job.c; pj.ldc = job.ldc;
   pj.c_init = job.c_init; pj.ld_init = job.ld_init; pj.alpha = job.alpha;

@@ -170,7 +170,7 @@ HWY_INLINE void LoadColumn(const TensorView& x, int64_t cols, int64_t col, int64
 
 // beta and g of the item's value head for rows [t, t + n).
 HWY_INLINE void LoadHeadVectors(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t,
-                                         int64_t n) {
+                                int64_t n) {
   const Problem& p = *iv.p;
   const Inputs& in = *iv.in;
   ChunkVectors cv(base + L.vec, L.c_pad);
@@ -329,11 +329,13 @@ void BucketDriver<kDkPad>::RunGroup(const Plan& plan, const Inputs& in, const Ou
     const int64_t n = std::min<int64_t>(step, t_end - t);
     PrefetchQueue next_chunk;
     QueueGroupChunk(views, count, t + step, std::min<int64_t>(step, t_end - t - step), &next_chunk);
-    // Paced over the chunk's state products (3 dk x width multiply-adds per row and item).
-    int64_t state_fmas = 0;
-    for (int64_t g = 0; g < count; ++g) state_fmas += 3 * n * L.dk_pad * views[g].it->v_width;
-    next_chunk.Pace(state_fmas);
-    if (plan.chunk == 1) next_chunk.Drain();  // no tiles to spread the lines over
+    if (plan.chunk == 1) {
+      next_chunk.Drain();  // no tiles to spread the lines over
+    } else {  // paced over the chunk's state products (3 dk x width multiply-adds per row and item)
+      int64_t state_fmas = 0;
+      for (int64_t g = 0; g < count; ++g) state_fmas += 3 * n * L.dk_pad * views[g].it->v_width;
+      next_chunk.Pace(state_fmas);
+    }
     for (int64_t g = 0; g < count; ++g) {
       if (plan.chunk == 1) {
         RecurrentSpan<kDkPad>(views[g], L, base, L.StateTile(base, g), scale, t, n);

@@ -1,8 +1,8 @@
 // BucketDriver<kDkPad>::RunGroup: one group of work items (Plan::GroupItems)
-// run on the scratch of the thread that claimed it. Declared here for the driver (kernels.cc); defined in
-// item_driver-inl.h and instantiated once per Dk bucket, each bucket in its
-// own translation unit (bucket.cc), so the bucket instances compile in
-// parallel.
+// run on the scratch of the thread that claimed it. Declared here for the
+// driver (kernels.cc); defined in item_driver-inl.h and instantiated once per
+// Dk bucket, each bucket in its own translation unit (bucket.cc), so the
+// bucket instances compile in parallel.
 //
 // Per-target code: included once per Highway target.
 #if defined(CGDR_KERNELS_ITEMS_INL_H_) == defined(HWY_TARGET_TOGGLE)

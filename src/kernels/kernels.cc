@@ -1,6 +1,6 @@
-// The driver: runs the plan's groups of work items on the plan's threads, once for
-// every formulation and bucket (the seeds duplicated ProcessHead and
-// ProcessHeadVTile; here one item loop serves both). Compiled once per
+// The driver: runs the plan's groups of work items on the plan's threads,
+// once for every formulation and bucket (the seeds duplicated ProcessHead
+// and ProcessHeadVTile; here one item loop serves both). Compiled once per
 // Highway target; the best one the CPU supports is picked at run time.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/kernels.cc"
