@@ -9,6 +9,7 @@
 #define CGDR_KERNELS_CHUNK_INL_H_
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -23,11 +24,55 @@ namespace cgdr {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// A panel of S (dk x 64 FP32) up to this size stays in L1 while the row
+// blocks of Vnew and O stream past it; a larger one (Dk above 128) is read
+// in row blocks that do, rather than from L2 once per row block.
+constexpr int64_t kStateBlockBytes = 32 * 1024;
+
+// Rows of S per block: the fewest equal blocks within kStateBlockBytes, even
+// (the bf16 modes pair k, and an even split keeps their pairs).
+HWY_INLINE int64_t StateRowsPerBlock(int64_t dk, int64_t pw) {
+  const int64_t bytes = dk * pw * static_cast<int64_t>(sizeof(float));
+  const int64_t blocks = std::max<int64_t>(1, (bytes + kStateBlockBytes - 1) / kStateBlockBytes);
+  return RoundUp((dk + blocks - 1) / blocks, 2);
+}
+
+// job with its segment `si` (dense, A read by rows) split along k into
+// blocks of `kb`: the segments before si run with the first block, those
+// after with the last, and each later block continues the chains from C
+// (alpha 1: exact), so every element sees the FMAs of one pass in the same
+// order and the bits do not depend on the blocking.
+HWY_INLINE void GemmBlockedK(const GemmJob& job, int si, int64_t kb, Precision prec, const ScratchLayout& L,
+                             float* HWY_RESTRICT base) {
+  const Segment& big = job.seg[si];
+  for (int64_t k0 = 0; k0 < big.k; k0 += kb) {
+    const bool first = k0 == 0, last = k0 + kb >= big.k;
+    GemmJob part = job;
+    part.segments = 0;
+    if (!first) {
+      part.c_init = job.c; part.ld_init = job.ldc; part.alpha = 1.0f;
+    }
+    for (int s = 0; s < job.segments; ++s) {
+      if (s == si) {
+        Segment block = big;
+        block.a = big.a + k0;
+        block.b = big.b + k0 * big.ldb;
+        block.k = std::min(kb, big.k - k0);
+        part.seg[part.segments++] = block;
+      } else if ((s < si && first) || (s > si && last)) {
+        part.seg[part.segments++] = job.seg[s];
+      }
+    }
+    GemmPrec(part, prec, L, base);
+  }
+}
+
 // Expects the K side's results (PrepareKeyHead, PrepareValueHead) and
 // vb = diag(beta) V for the chunk's n rows.
 // Leaves the chunk's output rows in o and the updated state in state.
 // Works one column panel at a time: the panel of S (dk x 64 FP32 = 32 KiB
-// for dk = 128 on AVX-512) stays in L1 across its three products.
+// for dk = 128 on AVX-512) stays in L1 across its three products; a larger
+// one is read in row blocks (StateRowsPerBlock).
 // prec: the three products in the plan's precision (the state stays FP32).
 // prefetch: lines to issue between the products' tiles (may be null).
 HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT state, int64_t n,
@@ -36,8 +81,8 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, flo
   const Panels sp(dk, L), rp(L.c, L);  // state panels; chunk-row panels
   const ChunkVectors cv(base + L.vec, cp);
   const float decay_last = n > 0 ? cv.eG[n - 1] : 1.0f;
-  for (int64_t c0 = 0; c0 < L.w_pad; c0 += sp.P) {
-    const int64_t pw = sp.Width(c0);
+  for (int64_t c0 = 0; c0 < L.w_pad; c0 = sp.Next(c0)) {
+    const int64_t pw = sp.Width(c0), kb = StateRowsPerBlock(dk, pw);
     float* s = sp.Base(state, c0);
     float* vnew = rp.Base(base + L.vnew, c0);
 
@@ -47,7 +92,7 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, flo
     vj.prefetch = prefetch;
     vj.seg[0] = Segment{base + L.attn, cp, rp.Base(base + L.vb, c0), pw, n, true, false};
     vj.seg[1] = Segment{base + L.kcd, dk, s, pw, dk, false, true};
-    GemmPrec(vj, prec, L, base);
+    GemmBlockedK(vj, 1, kb, prec, L, base);
 
     // O = scale diag(e^G) Q S + P Vnew   (scale and e^G folded into q and P).
     GemmJob oj;
@@ -55,7 +100,7 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, flo
     oj.prefetch = prefetch;
     oj.seg[0] = Segment{base + L.qs, dk, s, pw, dk, false, false};
     oj.seg[1] = Segment{base + L.qk, cp, vnew, pw, n, true, false};
-    GemmPrec(oj, prec, L, base);
+    GemmBlockedK(oj, 0, kb, prec, L, base);
 
     // S = e^(G_last) S + (diag(e^(G_last - G)) K)^T Vnew, with the transposed
     // operand read in place: A[r][i] = k[i][r].

@@ -94,7 +94,13 @@ HWY_NOINLINE void Gemm(const GemmJob& job) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t vecs = job.cols / N;
   int64_t v = 0;
-  for (; v + kBlockVecs <= vecs; v += kBlockVecs) GemmColumnPanel<kBlockVecs>(d, job, v * N);
+  for (; v + kBlockVecs <= vecs; v += kBlockVecs) {
+    if (vecs - v == kTailBlockVecs) {  // a merged tail panel (Panels): one block for all of it
+      GemmColumnPanel<kTailBlockVecs>(d, job, v * N);
+      return;
+    }
+    GemmColumnPanel<kBlockVecs>(d, job, v * N);
+  }
   switch (vecs - v) {
     case 1: GemmColumnPanel<1>(d, job, v * N); break;
     case 2: if constexpr (kBlockVecs > 2) GemmColumnPanel<2>(d, job, v * N); break;

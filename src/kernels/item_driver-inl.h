@@ -74,7 +74,7 @@ HWY_INLINE void LoadStateTile(const ItemView& iv, const ScratchLayout& L, float*
     return;
   }
   if (p.options.state_layout == StateLayout::kKV) {
-    for (int64_t c0 = 0; c0 < L.w_pad; c0 += sp.P) {
+    for (int64_t c0 = 0; c0 < L.w_pad; c0 = sp.Next(c0)) {
       const int64_t pw = sp.Width(c0), cols = std::clamp<int64_t>(it.v_width - c0, 0, pw);
       float* panel = sp.Base(S, c0);
       for (int64_t r = 0; r < p.Dk; ++r) {
@@ -97,7 +97,7 @@ HWY_INLINE void LoadStateTile(const ItemView& iv, const ScratchLayout& L, float*
         for (int64_t r = 0; r < L.dk_pad; ++r) row[r] = 0.0f;
       }
     }
-    const int64_t c0 = j0 / sp.P * sp.P, pw = sp.Width(c0);  // P is a multiple of N
+    const int64_t c0 = sp.Start(j0), pw = sp.Width(c0);  // panels start at multiples of N
     float* panel = sp.Base(S, c0) + (j0 - c0);
     for (int64_t r = 0; r < L.dk_pad; ++r) hn::Store(hn::GatherIndex(d, line + r, rows), d, panel + r * pw);
   }
@@ -111,7 +111,7 @@ HWY_INLINE void StoreStateTile(const ItemView& iv, const ScratchLayout& L, float
   if (!fin.present()) return;
   const Panels sp(L.dk_pad, L);
   if (p.options.state_layout == StateLayout::kKV) {
-    for (int64_t c0 = 0; c0 < it.v_width; c0 += sp.P) {
+    for (int64_t c0 = 0; c0 < it.v_width; c0 = sp.Next(c0)) {
       const int64_t pw = sp.Width(c0), cols = std::min(pw, it.v_width - c0);
       for (int64_t r = 0; r < p.Dk; ++r) {
         StoreRow(sp.Base(S, c0) + r * pw, cols, fin.dtype, AtMut(fin, iv.state_base + r * p.Dv + it.v_begin + c0));
@@ -124,7 +124,7 @@ HWY_INLINE void StoreStateTile(const ItemView& iv, const ScratchLayout& L, float
   const auto rows = TransitRows(L.dk_pad);
   float* line = base + L.line;
   for (int64_t j0 = 0; j0 < it.v_width; j0 += N) {
-    const int64_t c0 = j0 / sp.P * sp.P, pw = sp.Width(c0);
+    const int64_t c0 = sp.Start(j0), pw = sp.Width(c0);
     const float* panel = sp.Base(S, c0) + (j0 - c0);
     for (int64_t r = 0; r < p.Dk; ++r) hn::ScatterIndex(hn::Load(d, panel + r * pw), d, line + r, rows);
     for (int64_t i = 0; i < std::min(N, it.v_width - j0); ++i) {
@@ -193,7 +193,7 @@ HWY_INLINE void LoadValueTile(const ItemView& iv, const ScratchLayout& L, float*
     const uint8_t* row = static_cast<const uint8_t*>(in.value.data) +
                          ((t * p.Nv + iv.it->head) * p.Dv + iv.it->v_begin) * kDTypeBytes<kT>;
     for (int64_t i = 0; i < n; ++i, row += stride) {
-      for (int64_t c0 = 0; c0 < L.w_pad; c0 += rp.P) {
+      for (int64_t c0 = 0; c0 < L.w_pad; c0 = rp.Next(c0)) {
         const int64_t pw = rp.Width(c0), cols = std::clamp<int64_t>(iv.it->v_width - c0, 0, pw);
         LoadRowAs<kT>(row + c0 * kDTypeBytes<kT>, cols, rp.Base(base + L.vb, c0) + i * pw, pw);
       }
@@ -244,7 +244,7 @@ HWY_INLINE void StoreOutputRows(const ItemView& iv, const ScratchLayout& L, cons
     constexpr DType kT = decltype(tag)::value;
     const int64_t stride = p.Nv * p.Dv * kDTypeBytes<kT>;
     uint8_t* first = static_cast<uint8_t*>(out.data) + ((t * p.Nv + iv.it->head) * p.Dv + iv.it->v_begin) * kDTypeBytes<kT>;
-    for (int64_t c0 = 0; c0 < iv.it->v_width; c0 += rp.P) {
+    for (int64_t c0 = 0; c0 < iv.it->v_width; c0 = rp.Next(c0)) {
       const int64_t pw = rp.Width(c0), cols = std::min(pw, iv.it->v_width - c0);
       uint8_t* row = first + c0 * kDTypeBytes<kT>;
       for (int64_t i = 0; i < n; ++i, row += stride) StoreRowAs<kT>(rp.Base(o, c0) + i * pw, cols, row);
@@ -264,7 +264,7 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
   LoadValueTile(iv, L, base, t, n);
   for (int64_t i = 0; i < n; ++i) cv.eG[i] = std::exp(cv.g[i]);
   const Panels sp(L.dk_pad, L), rp(L.c, L);
-  for (int64_t c0 = 0; c0 < L.w_pad; c0 += sp.P) {
+  for (int64_t c0 = 0; c0 < L.w_pad; c0 = sp.Next(c0)) {
     const int64_t pw = sp.Width(c0);
     float* s = sp.Base(S, c0);
     const float* v = rp.Base(base + L.vb, c0);
@@ -296,7 +296,7 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
   }
   LoadValueTile(iv, L, base, t, n);
   const Panels rp(L.c, L);
-  for (int64_t c0 = 0; c0 < L.w_pad; c0 += rp.P) {  // Vb = diag(beta) V, panel by panel
+  for (int64_t c0 = 0; c0 < L.w_pad; c0 = rp.Next(c0)) {  // Vb = diag(beta) V, panel by panel
     float* panel = rp.Base(base + L.vb, c0);
     ScaleRows(panel, rp.Width(c0), n, [&](int64_t i) { return cv.beta[i]; }, panel);
   }

@@ -16,6 +16,9 @@ inline int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 constexpr int64_t kRecurrentSpan = 16;
 inline int64_t RowsPerStep(int64_t chunk) { return chunk == 1 ? kRecurrentSpan : chunk; }
 constexpr int64_t kMaxRowsPerStep = 128;  // the largest chunk (C = 128)
+// The widest V-side panel (Panels in kernels/gemm-inl.h): 4 vectors of 16
+// f32, or 5 where a lone vector of columns joins the last panel.
+constexpr int64_t kMaxPanelCols = 80;
 
 struct ScratchLayout {
   // Panel widths (floats): K side padded to dk_pad, V side to w_pad, chunk to c_pad.
@@ -82,9 +85,9 @@ struct ScratchLayout {
     line = take(kLaneMultiple * dk_pad);
     if (packed) {
       // Any operand of a product: rows, k and columns are each at most
-      // max(c_pad, dk_pad, 64) (64: the widest V panel); k in pairs.
+      // max(c_pad, dk_pad, kMaxPanelCols); k in pairs.
       int64_t m = c_pad > dk_pad ? c_pad : dk_pad;
-      if (m < 64) m = 64;
+      if (m < kMaxPanelCols) m = kMaxPanelCols;
       pack_part = RoundUp(m * (m / 2 + 1), kScratchAlignFloats);
       pack = take(8 * pack_part);
     }
