@@ -94,6 +94,9 @@ HWY_INLINE int64_t PanelCols() { return kBlockVecs * static_cast<int64_t>(hn::La
 // kBlockVecs + 1 vectors, one register block of 4 x 5): alone it would run
 // 1-vector blocks, 9 loads per 8 FMAs, at half the speed (Dv = 200: a 16-column
 // panel took 11% of the time for 8% of the work).
+// AVX-512 only: its 32 registers hold the 20 accumulators; elsewhere panels
+// are whole vectors of kLaneMultiple columns and never leave a lone one.
+constexpr bool kMergeTail = HWY_TARGET <= HWY_AVX3;
 constexpr int kTailBlockVecs = kBlockVecs + 1;
 
 struct Panels {
@@ -102,7 +105,7 @@ struct Panels {
   // Every V-side buffer uses the same P.
   Panels(int64_t rows_, const ScratchLayout& L) : rows(rows_), w_pad(L.w_pad), P(PanelCols()) {
     const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-    if (kBlockVecs == 4 && w_pad > P && w_pad % P == N) merged = w_pad - N - P;
+    if (kMergeTail && w_pad > P && w_pad % P == N) merged = w_pad - N - P;
   }
   int64_t Width(int64_t c0) const { return c0 == merged ? w_pad - c0 : std::min(P, w_pad - c0); }
   int64_t Next(int64_t c0) const { return c0 + Width(c0); }

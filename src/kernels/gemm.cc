@@ -95,9 +95,11 @@ HWY_NOINLINE void Gemm(const GemmJob& job) {
   const int64_t vecs = job.cols / N;
   int64_t v = 0;
   for (; v + kBlockVecs <= vecs; v += kBlockVecs) {
-    if (vecs - v == kTailBlockVecs) {  // a merged tail panel (Panels): one block for all of it
-      GemmColumnPanel<kTailBlockVecs>(d, job, v * N);
-      return;
+    if constexpr (kMergeTail) {
+      if (vecs - v == kTailBlockVecs) {  // a merged tail panel (Panels): one block for all of it
+        GemmColumnPanel<kTailBlockVecs>(d, job, v * N);
+        return;
+      }
     }
     GemmColumnPanel<kBlockVecs>(d, job, v * N);
   }
