@@ -182,8 +182,12 @@ HWY_INLINE void LoadHeadVectors(const ItemView& iv, const ScratchLayout& L, floa
   }
 }
 
-// Rows [t, t + n) of the item's V tile into the vb panels.
-HWY_INLINE void LoadValueTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t, int64_t n) {
+// Rows [t, t + n) of the item's V tile into the vb panels, row i times
+// row_factor(i) (beta_i for Vb = diag(beta) V; 1 keeps V exactly). Whole
+// panels convert and scale in one pass over whole vectors.
+template <class RowFactor>
+HWY_INLINE void LoadValueTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t, int64_t n,
+                              const RowFactor& row_factor) {
   const Problem& p = *iv.p;
   const Inputs& in = *iv.in;
   const Panels rp(L.c, L);
@@ -193,9 +197,16 @@ HWY_INLINE void LoadValueTile(const ItemView& iv, const ScratchLayout& L, float*
     const uint8_t* row = static_cast<const uint8_t*>(in.value.data) +
                          ((t * p.Nv + iv.it->head) * p.Dv + iv.it->v_begin) * kDTypeBytes<kT>;
     for (int64_t i = 0; i < n; ++i, row += stride) {
+      const float factor = row_factor(i);
       for (int64_t c0 = 0; c0 < L.w_pad; c0 = rp.Next(c0)) {
         const int64_t pw = rp.Width(c0), cols = std::clamp<int64_t>(iv.it->v_width - c0, 0, pw);
-        LoadRowAs<kT>(row + c0 * kDTypeBytes<kT>, cols, rp.Base(base + L.vb, c0) + i * pw, pw);
+        float* dst = rp.Base(base + L.vb, c0) + i * pw;
+        if (cols == pw) {
+          LoadScaledVectorsAs<kT>(row + c0 * kDTypeBytes<kT>, pw, factor, dst);
+        } else {
+          LoadRowAs<kT>(row + c0 * kDTypeBytes<kT>, cols, dst, pw);
+          ScaleRows(dst, pw, 1, [&](int64_t) { return factor; }, dst);
+        }
       }
     }
   });
@@ -261,7 +272,7 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
   ChunkVectors cv(base + L.vec, L.c_pad);
   LoadKeyRows(iv, L, base, t, n);
   LoadHeadVectors(iv, L, base, t, n);
-  LoadValueTile(iv, L, base, t, n);
+  LoadValueTile(iv, L, base, t, n, [](int64_t) { return 1.0f; });
   for (int64_t i = 0; i < n; ++i) cv.eG[i] = std::exp(cv.g[i]);
   const Panels sp(L.dk_pad, L), rp(L.c, L);
   for (int64_t c0 = 0; c0 < L.w_pad; c0 = sp.Next(c0)) {
@@ -294,12 +305,7 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
     LoadHeadVectors(iv, L, base, t, n);
     PrepareValueHead<kDkPad>(L, base, n, scale, prec);
   }
-  LoadValueTile(iv, L, base, t, n);
-  const Panels rp(L.c, L);
-  for (int64_t c0 = 0; c0 < L.w_pad; c0 = rp.Next(c0)) {  // Vb = diag(beta) V, panel by panel
-    float* panel = rp.Base(base + L.vb, c0);
-    ScaleRows(panel, rp.Width(c0), n, [&](int64_t i) { return cv.beta[i]; }, panel);
-  }
+  LoadValueTile(iv, L, base, t, n, [&](int64_t i) { return cv.beta[i]; });  // Vb = diag(beta) V
   ChunkVSide(L, base, S, n, prec, prefetch);
   StoreOutputRows(iv, L, base + L.o, t, n);
 }

@@ -106,6 +106,80 @@ HWY_INLINE void TransposeRows(const float* HWY_RESTRICT k, int64_t dk, int64_t n
   }
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// Lanes of v summed per 128-bit block, blocks added until one is left.
+template <class D, class V>
+HWY_INLINE auto SumBlocks(D d, V v) {
+  if constexpr (hn::MaxLanes(d) * sizeof(float) > 16) {
+    const hn::Half<D> dh;
+    return SumBlocks(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
+  } else {
+    return v;
+  }
+}
+
+// Lane j of the result: the sum of all lanes of acc[j] (four dot products
+// from their lane-wise partial sums): pairs of vectors interleaved and added
+// within each 128-bit block, then pairs of pairs, then the blocks.
+template <class D, class V>
+HWY_INLINE auto SumFour(D d, const V (&acc)[4]) {
+  const hn::Repartition<uint64_t, D> d64;
+  const V x01 = hn::Add(hn::InterleaveLower(d, acc[0], acc[1]), hn::InterleaveUpper(d, acc[0], acc[1]));
+  const V x23 = hn::Add(hn::InterleaveLower(d, acc[2], acc[3]), hn::InterleaveUpper(d, acc[2], acc[3]));
+  const auto w01 = hn::BitCast(d64, x01), w23 = hn::BitCast(d64, x23);
+  const V x = hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, w01, w23)), hn::BitCast(d, hn::InterleaveUpper(d64, w01, w23)));
+  return SumBlocks(d, x);
+}
+#endif  // HWY_TARGET != HWY_SCALAR
+
+// c[i][j] = sum_r a[i][r] k[j][r] for j <= i < n (K K^T, Q K^T: SPEC 4 steps
+// 2 and 5), as dot products along r: blocks of 4 x 4 (i, j), 8 loads per 16
+// FMAs, each block's 16 sums reduced at the end (SumFour). No transpose of K
+// and only the blocks on or below the diagonal. Entries right of the
+// diagonal inside a diagonal block are written too (never read: the masks
+// of ApplyDecayMasks select them away). Rows past n are never read: the
+// block's row indices are clamped to n - 1 and those rows not stored.
+// dk: a multiple of the lanes (rows zero-padded to dk_pad).
+HWY_INLINE void LowerDotProducts(const float* HWY_RESTRICT a, const float* HWY_RESTRICT k, int64_t dk, int64_t n,
+                                 int64_t cp, float* HWY_RESTRICT c) {
+#if HWY_TARGET == HWY_SCALAR  // no 128-bit blocks: plain chains
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j <= i; ++j) {
+      float sum = 0.0f;
+      for (int64_t r = 0; r < dk; ++r) sum += a[i * dk + r] * k[j * dk + r];
+      c[i * cp + j] = sum;
+    }
+  }
+#else
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  {
+    using V = hn::Vec<decltype(d)>;
+    const hn::FixedTag<float, 4> d4;
+    for (int64_t i0 = 0; i0 < n; i0 += 4) {
+      const float* ar[4];
+      for (int ii = 0; ii < 4; ++ii) ar[ii] = a + std::min<int64_t>(i0 + ii, n - 1) * dk;
+      for (int64_t j0 = 0; j0 <= i0; j0 += 4) {
+        const float* kr[4];
+        for (int jj = 0; jj < 4; ++jj) kr[jj] = k + std::min<int64_t>(j0 + jj, n - 1) * dk;
+        V acc[4][4];
+        for (int ii = 0; ii < 4; ++ii)
+          for (int jj = 0; jj < 4; ++jj) acc[ii][jj] = hn::Zero(d);
+        for (int64_t r = 0; r < dk; r += N) {
+          V kv[4];
+          for (int jj = 0; jj < 4; ++jj) kv[jj] = hn::Load(d, kr[jj] + r);
+          for (int ii = 0; ii < 4; ++ii) {
+            const V av = hn::Load(d, ar[ii] + r);
+            for (int jj = 0; jj < 4; ++jj) acc[ii][jj] = hn::MulAdd(av, kv[jj], acc[ii][jj]);
+          }
+        }
+        for (int ii = 0; ii < 4 && i0 + ii < n; ++ii) hn::StoreU(SumFour(d, acc[ii]), d4, c + (i0 + ii) * cp + j0);
+      }
+    }
+  }
+#endif
+}
+
 // Epilogue of K K^T and Q K^T (SPEC 4 steps 3 and 5), a vector of columns at
 // a time: L_ij = [j < i] beta_i (K K^T)_ij e^(G_i - G_j),
 // P_ij = [j <= i] (Q K^T)_ij e^(G_i - G_j) scale. Entries right of the
@@ -169,11 +243,21 @@ HWY_INLINE void ScaleRows(const float* src, int64_t dk, int64_t n, const Factor&
 // prec: K K^T, Q K^T and Kcd in the plan's precision (the inverse stays FP32).
 
 // Stage 1, per key head, from the n rows of q and k (normalised):
-//   kt = K^T, kkt = K K^T, qkt = Q K^T (lower triangles incl. the diagonal).
+//   kkt = K K^T, qkt = Q K^T (lower triangles incl. the diagonal).
+// FP32: dot products along Dk (LowerDotProducts), 3.5-8% of the whole call
+// faster than K^T by gathers and outer-product blocks of 8 x 1 vector, which
+// load 9 operands per 8 FMAs (in-process A/B: flagship 1.5-6.8%, Nk = Nv
+// 5-6%, Dk = 64 8.5%). The bf16 modes keep the packed products on kt = K^T.
 template <int kDkPad>
 HWY_INLINE void PrepareKeyHead(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n,
                                Precision prec = Precision::kFp32) {
   const int64_t dk = kDkPad ? kDkPad : L.dk_pad, cp = L.c_pad;
+  if (prec == Precision::kFp32) {
+    LowerDotProducts(base + L.k, base + L.k, dk, n, cp, base + L.kkt);
+    LowerDotProducts(base + L.q, base + L.k, dk, n, cp, base + L.qkt);
+    return;
+  }
+  // The bf16 modes' packed products read B = K^T by rows.
   float* kt = base + L.kt;
   TransposeRows(base + L.k, dk, n, cp, kt);
   GemmJob kk;
@@ -214,12 +298,24 @@ HWY_INLINE void PrepareValueHead(const ScratchLayout& L, float* HWY_RESTRICT bas
   for (int64_t i = n; i < cp; ++i) cv.G[i] = 0.0f;  // finite padding for the vector exp
   for (int64_t c = 0; c < cp; c += N) hn::Store(hn::Exp(d, hn::Load(d, cv.G + c)), d, cv.eG + c);
 
-  // Step 2, folded: Kb K^T = diag(beta) (K K^T), so beta scales rows of L in
-  // the epilogue, and the panel kb holds diag(beta e^G) K for step 4 in one pass.
-  ScaleRows(k, dk, n, [&](int64_t i) { return cv.beta[i] * cv.eG[i]; }, kb);
-
-  // Step 3: L = strictly_lower((Kb K^T) * e^(G_i - G_j)); P likewise from Q (step 5).
+  // Step 3: L = strictly_lower((Kb K^T) * e^(G_i - G_j)); P likewise from Q
+  // (step 5). Step 2 folded: Kb K^T = diag(beta) (K K^T), so beta scales rows
+  // of L in the epilogue.
   ApplyDecayMasks(cv, n, cp, scale, base + L.kkt, base + L.qkt, attn, base + L.qk);
+
+  // The scaled rows of q and k, in one pass (e^(G_last - G) comes from step 3):
+  // kb = diag(beta e^G) K for step 4, and the operands of steps 6 and 7,
+  // qs = scale diag(e^G) Q and kl = diag(e^(G_last - G)) K.
+  for (int64_t i = 0; i < n; ++i) {
+    const auto fb = hn::Set(d, cv.beta[i] * cv.eG[i]), fq = hn::Set(d, cv.eG[i] * scale), fl = hn::Set(d, cv.eGl[i]);
+    const int64_t row = i * dk;
+    for (int64_t c = 0; c < dk; c += N) {
+      const auto kv = hn::Load(d, k + row + c);
+      hn::Store(hn::Mul(fb, kv), d, kb + row + c);
+      hn::Store(hn::Mul(fl, kv), d, base + L.kl + row + c);
+      hn::Store(hn::Mul(fq, hn::Load(d, q + row + c)), d, base + L.qs + row + c);
+    }
+  }
   const int64_t nb = RoundUp(n, 16);
   for (int64_t i = n; i < nb; ++i)
     for (int64_t j = 0; j < cp; ++j) attn[i * cp + j] = 0.0f;
@@ -230,10 +326,6 @@ HWY_INLINE void PrepareValueHead(const ScratchLayout& L, float* HWY_RESTRICT bas
   kcd.rows = n; kcd.cols = dk; kcd.c = base + L.kcd; kcd.ldc = dk;
   kcd.seg[0] = Segment{attn, cp, kb, dk, n, true, false};
   GemmPrec(kcd, prec, L, base);
-
-  // Step 6/7 operands: scale e^G Q and e^(G_last - G) K.
-  ScaleRows(q, dk, n, [&](int64_t i) { return cv.eG[i] * scale; }, base + L.qs);
-  ScaleRows(k, dk, n, [&](int64_t i) { return cv.eGl[i]; }, base + L.kl);
 }
 
 // Both stages for one item alone (the phase benchmarks).

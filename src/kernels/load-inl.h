@@ -74,6 +74,37 @@ HWY_INLINE void LoadRowAs(const void* HWY_RESTRICT src, int64_t n, float* HWY_RE
   for (; i < n_pad; ++i) dst[i] = 0.0f;
 }
 
+// dst[0, n) = factor * src[0, n) as f32, for n a multiple of the lanes (whole
+// vectors: no tail, no padding). The product is the one Mul of a separate
+// scaling pass (bitwise), without that pass's second trip through the row.
+template <DType kT>
+HWY_INLINE void LoadScaledVectorsAs(const void* HWY_RESTRICT src, int64_t n, float factor, float* HWY_RESTRICT dst) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto f = hn::Set(d, factor);
+  if constexpr (kT == DType::kF32) {
+    const float* s = static_cast<const float*>(src);
+    for (int64_t i = 0; i < n; i += N) hn::Store(hn::Mul(f, hn::LoadU(d, s + i)), d, dst + i);
+  } else if constexpr (kT == DType::kBF16) {
+    const auto* s = static_cast<const uint16_t*>(src);
+    const hn::Rebind<uint16_t, decltype(d)> du16;
+    const hn::RebindToUnsigned<decltype(d)> du32;
+    for (int64_t i = 0; i < n; i += N) {
+      const auto wide = hn::PromoteTo(du32, hn::LoadU(du16, s + i));
+      hn::Store(hn::Mul(f, hn::BitCast(d, hn::ShiftLeft<16>(wide))), d, dst + i);
+    }
+  } else {
+#if HWY_TARGET <= HWY_AVX2
+    const auto* s = static_cast<const hwy::float16_t*>(src);
+    const hn::Rebind<hwy::float16_t, decltype(d)> df16;
+    for (int64_t i = 0; i < n; i += N) hn::Store(hn::Mul(f, hn::PromoteTo(d, hn::LoadU(df16, s + i))), d, dst + i);
+#else
+    LoadRowAs<kT>(src, n, dst, n);
+    for (int64_t i = 0; i < n; i += N) hn::Store(hn::Mul(f, hn::Load(d, dst + i)), d, dst + i);
+#endif
+  }
+}
+
 HWY_INLINE void LoadRow(const void* src, DType t, int64_t n, float* HWY_RESTRICT dst, int64_t n_pad) {
   ForDType(t, [&](auto tag) { LoadRowAs<decltype(tag)::value>(src, n, dst, n_pad); });
 }

@@ -29,7 +29,7 @@ struct ScratchLayout {
   // Per key head (shared by the items of one key head in a chunk):
   int64_t q = 0;        // [c][dk_pad]       Q rows (normalised)
   int64_t k = 0;        // [c][dk_pad]       K rows (normalised)
-  int64_t kt = 0;       // [dk_pad][c_pad]   K^T
+  int64_t kt = 0;       // [dk_pad][c_pad]   K^T (bf16 precision modes)
   int64_t kkt = 0;      // [c][c_pad]        K K^T (lower triangle incl. diagonal)
   int64_t qkt = 0;      // [c][c_pad]        Q K^T (lower triangle incl. diagonal)
   // Per value head (shared by its V tiles):
