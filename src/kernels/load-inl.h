@@ -43,34 +43,45 @@ HWY_INLINE void ForDType(DType t, const Fn& fn) {
 template <DType kT>
 constexpr int64_t kDTypeBytes = kT == DType::kF32 ? 4 : 2;
 
+// Elements [i, i + lanes) of src as f32.
+template <DType kT, class D>
+HWY_INLINE hn::Vec<D> LoadVectorAs(D d, const void* HWY_RESTRICT src, int64_t i) {
+  if constexpr (kT == DType::kF32) {
+    return hn::LoadU(d, static_cast<const float*>(src) + i);
+  } else if constexpr (kT == DType::kBF16) {
+    const hn::Rebind<uint16_t, D> du16;
+    const hn::RebindToUnsigned<D> du32;
+    const auto wide = hn::PromoteTo(du32, hn::LoadU(du16, static_cast<const uint16_t*>(src) + i));
+    return hn::BitCast(d, hn::ShiftLeft<16>(wide));
+  } else {
+#if HWY_TARGET <= HWY_AVX2
+    const hn::Rebind<hwy::float16_t, D> df16;
+    return hn::PromoteTo(d, hn::LoadU(df16, static_cast<const hwy::float16_t*>(src) + i));
+#else
+    const uint16_t* bits = static_cast<const uint16_t*>(src) + i;  // no F16C: the portable converter
+    HWY_ALIGN float lanes[hn::MaxLanes(d)];
+    for (size_t l = 0; l < hn::Lanes(d); ++l) lanes[l] = F16ToF32(bits[l]);
+    return hn::Load(d, lanes);
+#endif
+  }
+}
+
+// Element i of src as f32.
+template <DType kT>
+HWY_INLINE float LoadElementAs(const void* HWY_RESTRICT src, int64_t i) {
+  if constexpr (kT == DType::kF32) return static_cast<const float*>(src)[i];
+  if constexpr (kT == DType::kBF16) return BF16ToF32(static_cast<const uint16_t*>(src)[i]);
+  return F16ToF32(static_cast<const uint16_t*>(src)[i]);
+}
+
 // dst[0, n) = src[0, n) as f32; dst[n, n_pad) = 0.
 template <DType kT>
 HWY_INLINE void LoadRowAs(const void* HWY_RESTRICT src, int64_t n, float* HWY_RESTRICT dst, int64_t n_pad) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
-  if constexpr (kT == DType::kF32) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-    i = n;
-  } else if constexpr (kT == DType::kBF16) {
-    const auto* s = static_cast<const uint16_t*>(src);
-    const hn::Rebind<uint16_t, decltype(d)> du16;
-    const hn::RebindToUnsigned<decltype(d)> du32;
-    for (; i + N <= n; i += N) {
-      const auto wide = hn::PromoteTo(du32, hn::LoadU(du16, s + i));
-      hn::Store(hn::BitCast(d, hn::ShiftLeft<16>(wide)), d, dst + i);
-    }
-    for (; i < n; ++i) dst[i] = BF16ToF32(s[i]);
-  } else {
-    const auto* s = static_cast<const uint16_t*>(src);
-#if HWY_TARGET <= HWY_AVX2
-    const hn::Rebind<hwy::float16_t, decltype(d)> df16;
-    for (; i + N <= n; i += N) {
-      hn::Store(hn::PromoteTo(d, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(s) + i)), d, dst + i);
-    }
-#endif
-    for (; i < n; ++i) dst[i] = F16ToF32(s[i]);
-  }
+  for (; i + N <= n; i += N) hn::Store(LoadVectorAs<kT>(d, src, i), d, dst + i);
+  for (; i < n; ++i) dst[i] = LoadElementAs<kT>(src, i);
   for (; i < n_pad; ++i) dst[i] = 0.0f;
 }
 
@@ -82,27 +93,7 @@ HWY_INLINE void LoadScaledVectorsAs(const void* HWY_RESTRICT src, int64_t n, flo
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const auto f = hn::Set(d, factor);
-  if constexpr (kT == DType::kF32) {
-    const float* s = static_cast<const float*>(src);
-    for (int64_t i = 0; i < n; i += N) hn::Store(hn::Mul(f, hn::LoadU(d, s + i)), d, dst + i);
-  } else if constexpr (kT == DType::kBF16) {
-    const auto* s = static_cast<const uint16_t*>(src);
-    const hn::Rebind<uint16_t, decltype(d)> du16;
-    const hn::RebindToUnsigned<decltype(d)> du32;
-    for (int64_t i = 0; i < n; i += N) {
-      const auto wide = hn::PromoteTo(du32, hn::LoadU(du16, s + i));
-      hn::Store(hn::Mul(f, hn::BitCast(d, hn::ShiftLeft<16>(wide))), d, dst + i);
-    }
-  } else {
-#if HWY_TARGET <= HWY_AVX2
-    const auto* s = static_cast<const hwy::float16_t*>(src);
-    const hn::Rebind<hwy::float16_t, decltype(d)> df16;
-    for (int64_t i = 0; i < n; i += N) hn::Store(hn::Mul(f, hn::PromoteTo(d, hn::LoadU(df16, s + i))), d, dst + i);
-#else
-    LoadRowAs<kT>(src, n, dst, n);
-    for (int64_t i = 0; i < n; i += N) hn::Store(hn::Mul(f, hn::Load(d, dst + i)), d, dst + i);
-#endif
-  }
+  for (int64_t i = 0; i < n; i += N) hn::Store(hn::Mul(f, LoadVectorAs<kT>(d, src, i)), d, dst + i);
 }
 
 HWY_INLINE void LoadRow(const void* src, DType t, int64_t n, float* HWY_RESTRICT dst, int64_t n_pad) {
