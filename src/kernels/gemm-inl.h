@@ -98,6 +98,9 @@ HWY_INLINE int64_t PanelCols() { return kBlockVecs * static_cast<int64_t>(hn::La
 // are whole vectors of kLaneMultiple columns and never leave a lone one.
 constexpr bool kMergeTail = HWY_TARGET <= HWY_AVX3;
 constexpr int kTailBlockVecs = kBlockVecs + 1;
+// The bf16 pack buffers of ScratchLayout are sized for the widest panel.
+constexpr int64_t kWidestPanel = (kMergeTail ? kTailBlockVecs : kBlockVecs) * static_cast<int64_t>(hn::MaxLanes(DF()));
+static_assert(kWidestPanel <= kMaxPanelCols, "ScratchLayout's kMaxPanelCols is below the widest panel");
 
 struct Panels {
   int64_t rows = 0, w_pad = 0, P = 0;

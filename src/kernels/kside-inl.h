@@ -153,28 +153,26 @@ HWY_INLINE void LowerDotProducts(const float* HWY_RESTRICT a, const float* HWY_R
 #else
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  {
-    using V = hn::Vec<decltype(d)>;
-    const hn::FixedTag<float, 4> d4;
-    for (int64_t i0 = 0; i0 < n; i0 += 4) {
-      const float* ar[4];
-      for (int ii = 0; ii < 4; ++ii) ar[ii] = a + std::min<int64_t>(i0 + ii, n - 1) * dk;
-      for (int64_t j0 = 0; j0 <= i0; j0 += 4) {
-        const float* kr[4];
-        for (int jj = 0; jj < 4; ++jj) kr[jj] = k + std::min<int64_t>(j0 + jj, n - 1) * dk;
-        V acc[4][4];
-        for (int ii = 0; ii < 4; ++ii)
-          for (int jj = 0; jj < 4; ++jj) acc[ii][jj] = hn::Zero(d);
-        for (int64_t r = 0; r < dk; r += N) {
-          V kv[4];
-          for (int jj = 0; jj < 4; ++jj) kv[jj] = hn::Load(d, kr[jj] + r);
-          for (int ii = 0; ii < 4; ++ii) {
-            const V av = hn::Load(d, ar[ii] + r);
-            for (int jj = 0; jj < 4; ++jj) acc[ii][jj] = hn::MulAdd(av, kv[jj], acc[ii][jj]);
-          }
+  using V = hn::Vec<decltype(d)>;
+  const hn::FixedTag<float, 4> d4;
+  for (int64_t i0 = 0; i0 < n; i0 += 4) {
+    const float* ar[4];
+    for (int ii = 0; ii < 4; ++ii) ar[ii] = a + std::min<int64_t>(i0 + ii, n - 1) * dk;
+    for (int64_t j0 = 0; j0 <= i0; j0 += 4) {
+      const float* kr[4];
+      for (int jj = 0; jj < 4; ++jj) kr[jj] = k + std::min<int64_t>(j0 + jj, n - 1) * dk;
+      V acc[4][4];
+      for (int ii = 0; ii < 4; ++ii)
+        for (int jj = 0; jj < 4; ++jj) acc[ii][jj] = hn::Zero(d);
+      for (int64_t r = 0; r < dk; r += N) {
+        V kv[4];
+        for (int jj = 0; jj < 4; ++jj) kv[jj] = hn::Load(d, kr[jj] + r);
+        for (int ii = 0; ii < 4; ++ii) {
+          const V av = hn::Load(d, ar[ii] + r);
+          for (int jj = 0; jj < 4; ++jj) acc[ii][jj] = hn::MulAdd(av, kv[jj], acc[ii][jj]);
         }
-        for (int ii = 0; ii < 4 && i0 + ii < n; ++ii) hn::StoreU(SumFour(d, acc[ii]), d4, c + (i0 + ii) * cp + j0);
       }
+      for (int ii = 0; ii < 4 && i0 + ii < n; ++ii) hn::StoreU(SumFour(d, acc[ii]), d4, c + (i0 + ii) * cp + j0);
     }
   }
 #endif
