@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "test_util.h"
 
@@ -49,6 +51,29 @@ TEST(KernelAccuracy, OddWidthsEveryTargetEveryAlgo) {
       s.seed = 100 + i;
       s.layout = (i % 2) ? StateLayout::kKV : StateLayout::kVK;
       for (Algo a : AllAlgos()) ExpectAccurate(s, a, Describe(s, a, target));
+    }
+  });
+}
+
+// Dk above 128 with panels of S over 32 KiB: Vnew and O read S in row
+// blocks (chunk-inl.h, StateRowsPerBlock): Dk = 200 with Dv = 71 (an
+// 80-column merged panel on AVX-512: 3 blocks) and Dk = 256 with Dv = 64
+// (2 blocks), in both state layouts, with a 1-token tail.
+TEST(KernelAccuracy, StateRowBlocksEveryTargetEveryAlgo) {
+  ForEachTarget([&](const std::string& target) {
+    int seed = 300;
+    for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t>>{{200, 71}, {256, 64}}) {
+      for (StateLayout layout : {StateLayout::kVK, StateLayout::kKV}) {
+        CaseSpec s;
+        s.Dk = dk;
+        s.Dv = dv;
+        s.Nk = 1;
+        s.Nv = 2;
+        s.lens = {65, 1};
+        s.seed = seed++;
+        s.layout = layout;
+        for (Algo a : AllAlgos()) ExpectAccurate(s, a, Describe(s, a, target));
+      }
     }
   });
 }
