@@ -449,10 +449,10 @@ TEST_F(Rejects, OptionsAndValues) {
   opt = Options();
   opt.check_values = true;
   StoreFromF32(d.g.data(), DType::kF32, 4, 0.5f);
-  ExpectReject(d.Inputs(), d.Outputs(), "g: expected log-decay <= 0, got 0.5 at [2, 0]", opt);
+  ExpectReject(d.Inputs(), d.Outputs(), "g: expected log-decay <= 0, got 0.5 at index [2, 0]", opt);
   StoreFromF32(d.g.data(), DType::kF32, 4, -0.5f);
   StoreFromF32(d.v.data(), DType::kF32, 3, NAN);
-  ExpectReject(d.Inputs(), d.Outputs(), "value: non-finite value", opt);
+  ExpectReject(d.Inputs(), d.Outputs(), "value: non-finite value nan at index [0, 0, 3]", opt);
 }
 
 TEST(Decode, EmptyBatchIsANoOp) {

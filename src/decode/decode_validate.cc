@@ -2,89 +2,16 @@
 // SPEC 6b). Each failure names the tensor, what was expected and what was
 // found; nothing here writes to any output or to the state pool.
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <limits>
-#include <sstream>
-#include <string>
 #include <utility>
 #include <vector>
 
 #include "cgdr/decode.hpp"
-#include "core/dtype.h"
-#include "core/scan.h"
+#include "core/strcat.h"
+#include "validate/checks.h"
 
 namespace cgdr {
 namespace {
-
-// Byte offsets must fit in int64 with room to spare (SPEC 3: never wrap).
-constexpr int64_t kMaxElements = std::numeric_limits<int64_t>::max() / 16;
-
-template <typename... Args>
-std::string Cat(const Args&... args) {
-  std::ostringstream os;
-  (os << ... << args);
-  return os.str();
-}
-
-bool IsFloat(DType t) { return t == DType::kF16 || t == DType::kBF16 || t == DType::kF32; }
-
-Status CheckFloatDType(const char* name, const TensorView& t) {
-  if (IsFloat(t.dtype)) return Status::Ok();
-  return Status::Invalid(Cat(name, ": expected dtype f16, bf16 or f32, got ", DTypeName(t.dtype)));
-}
-
-Status CheckSameDType(const char* name, const TensorView& t, DType want, const char* why) {
-  if (t.dtype == want) return Status::Ok();
-  return Status::Invalid(Cat(name, ": expected dtype ", DTypeName(want), " (", why, "), got ", DTypeName(t.dtype)));
-}
-
-Status CheckPresent(const char* name, const TensorView& t) {
-  if (t.present()) return Status::Ok();
-  return Status::Invalid(Cat(name, ": required tensor is missing (null data pointer)"));
-}
-
-// Rank first (so later shape[] reads are meaningful), then sign and size.
-Status CheckRank(const char* name, const TensorView& t, int rank, const char* dims) {
-  if (t.rank != rank) {
-    return Status::Invalid(Cat(name, ": expected rank ", rank, " ", dims, ", got rank ", t.rank, " ", t.ShapeString()));
-  }
-  for (int i = 0; i < rank; ++i) {
-    if (t.shape[i] < 0) {
-      return Status::Invalid(Cat(name, ": expected non-negative dimensions ", dims, ", got ", t.ShapeString()));
-    }
-  }
-  if (t.numel() > kMaxElements) {
-    return Status::Invalid(Cat(name, ": shape ", t.ShapeString(), " has more elements than 64-bit offsets allow (max ",
-                               kMaxElements, ")"));
-  }
-  return Status::Ok();
-}
-
-Status CheckShape(const char* name, const TensorView& t, std::initializer_list<int64_t> want, const char* dims) {
-  std::ostringstream ws;
-  ws << "[";
-  int i = 0;
-  bool same = t.rank == static_cast<int>(want.size());
-  for (int64_t w : want) {
-    ws << (i ? ", " : "") << w;
-    if (same && t.shape[i] != w) same = false;
-    ++i;
-  }
-  ws << "]";
-  if (same) return Status::Ok();
-  return Status::Invalid(Cat(name, ": expected shape ", dims, " = ", ws.str(), ", got ", t.ShapeString()));
-}
-
-// Byte range [begin, end) of a tensor, for overlap checks.
-struct Range {
-  uintptr_t begin = 0, end = 0;
-};
-Range BytesOf(const TensorView& t) {
-  const auto b = reinterpret_cast<uintptr_t>(t.data);
-  return {b, b + static_cast<uintptr_t>(t.numel()) * DTypeSize(t.dtype)};
-}
-bool Overlap(Range a, Range b) { return a.begin < b.end && b.begin < a.end && a.begin != a.end && b.begin != b.end; }
 
 // The two written tensors (out, state_pool) may not share a byte with any
 // other tensor: rows are read and written by different threads.
@@ -130,52 +57,9 @@ Status CheckIndices(const TensorView& idx, int64_t P) {
   return Status::Ok();
 }
 
-// NaN/Inf in the per-token inputs and g > 0, only when asked (check_values);
-// the bit-level scans of prefill's check (core/scan.h).
-Status CheckValues(const DecodeInputs& in) {
-  const std::pair<const char*, const TensorView*> tensors[] = {
-      {"query", &in.query}, {"key", &in.key}, {"value", &in.value}, {"beta", &in.beta}, {"g", &in.g}};
-  for (const auto& [name, t] : tensors) {
-    if (!t->present()) continue;
-    const int64_t i = FirstNonFinite(*t);
-    if (i >= 0) {
-      return Status::Invalid(Cat(name, ": non-finite value ", LoadAsF32(t->data, t->dtype, i), " at flat index ", i,
-                                 " (check_values)"));
-    }
-  }
-  if (in.g.present()) {
-    const int64_t i = FirstPositive(in.g);
-    if (i >= 0) {
-      return Status::Invalid(Cat("g: expected log-decay <= 0, got ", LoadAsF32(in.g.data, in.g.dtype, i), " at [",
-                                 i / in.g.shape[1], ", ", i % in.g.shape[1], "] (check_values)"));
-    }
-  }
-  return Status::Ok();
-}
-
-Status CheckOptions(const Options& opt) {
-  if (!(opt.threads >= 0 && opt.threads <= 4096)) {
-    return Status::Invalid(Cat("options.threads: expected 0 (all) .. 4096, got ", opt.threads));
-  }
-  if (!(std::isfinite(opt.scale) || std::isnan(opt.scale))) {
-    return Status::Invalid(Cat("options.scale: expected a finite number (0 = 1/sqrt(Dk)), got ", opt.scale));
-  }
-  if (opt.state_layout != StateLayout::kVK && opt.state_layout != StateLayout::kKV) {
-    return Status::Invalid(Cat("options.state_layout: expected vk or kv, got value ", static_cast<int>(opt.state_layout)));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status ValidateDecode(const DecodeInputs& in, const DecodeOutputs& out, const Options& opt, DecodeProblem* p) {
-  Status s;
-#define CGDR_TRY(expr)     \
-  do {                     \
-    s = (expr);            \
-    if (!s.ok()) return s; \
-  } while (0)
-
   CGDR_TRY(CheckPresent("query", in.query));
   CGDR_TRY(CheckPresent("key", in.key));
   CGDR_TRY(CheckPresent("value", in.value));
@@ -184,32 +68,10 @@ Status ValidateDecode(const DecodeInputs& in, const DecodeOutputs& out, const Op
   CGDR_TRY(CheckPresent("state_indices", in.state_indices));
   CGDR_TRY(CheckPresent("out", out.out));
 
-  CGDR_TRY(CheckRank("query", in.query, 3, "[N, Nk, Dk]"));
-  CGDR_TRY(CheckFloatDType("query", in.query));
-  const int64_t N = in.query.shape[0], Nk = in.query.shape[1], Dk = in.query.shape[2];
-  CGDR_TRY(CheckRank("value", in.value, 3, "[N, Nv, Dv]"));
-  const int64_t Nv = in.value.shape[1], Dv = in.value.shape[2];
-  if (Nk == 0) return Status::Invalid(Cat("query: expected Nk >= 1 heads, got shape ", in.query.ShapeString()));
-  if (Nv == 0) return Status::Invalid(Cat("value: expected Nv >= 1 heads, got shape ", in.value.ShapeString()));
-  if (Nv % Nk != 0) {
-    return Status::Invalid(Cat("value: expected Nv to be a multiple of Nk = ", Nk, " (grouped heads), got Nv = ", Nv));
-  }
-  if (Dk < 1 || Dk > kMaxHeadDim) return Status::Invalid(Cat("query: expected Dk in [1, ", kMaxHeadDim, "], got Dk = ", Dk));
-  if (Dv < 1 || Dv > kMaxHeadDim) return Status::Invalid(Cat("value: expected Dv in [1, ", kMaxHeadDim, "], got Dv = ", Dv));
-
-  const DType dt = in.query.dtype;
-  CGDR_TRY(CheckShape("key", in.key, {N, Nk, Dk}, "[N, Nk, Dk] as query"));
-  CGDR_TRY(CheckSameDType("key", in.key, dt, "same as query"));
-  CGDR_TRY(CheckShape("value", in.value, {N, Nv, Dv}, "[N, Nv, Dv] with N of query"));
-  CGDR_TRY(CheckSameDType("value", in.value, dt, "same as query"));
-  CGDR_TRY(CheckRank("beta", in.beta, 2, "[N, Nv]"));
-  CGDR_TRY(CheckShape("beta", in.beta, {N, Nv}, "[N, Nv]"));
-  CGDR_TRY(CheckSameDType("beta", in.beta, dt, "same as query"));
-  if (in.g.present()) {
-    CGDR_TRY(CheckRank("g", in.g, 2, "[N, Nv]"));
-    CGDR_TRY(CheckShape("g", in.g, {N, Nv}, "[N, Nv]"));
-    CGDR_TRY(CheckFloatDType("g", in.g));
-  }
+  TokenDims dims;
+  CGDR_TRY(CheckTokenInputs("N", in.query, in.key, in.value, in.beta, in.g, &dims));
+  const int64_t N = dims.tokens, Nk = dims.Nk, Nv = dims.Nv, Dk = dims.Dk, Dv = dims.Dv;
+  const DType dt = dims.dtype;
 
   const bool kv = opt.state_layout == StateLayout::kKV;
   const char* pool_dims = kv ? "[P, Nv, Dk, Dv] (layout kv)" : "[P, Nv, Dv, Dk] (layout vk)";
@@ -224,18 +86,19 @@ Status ValidateDecode(const DecodeInputs& in, const DecodeOutputs& out, const Op
   CGDR_TRY(CheckShape("out", out.out, {N, Nv, Dv}, "[N, Nv, Dv]"));
   CGDR_TRY(CheckSameDType("out", out.out, dt, "same as query"));
   CGDR_TRY(CheckNoOverlap(in, out));
-  CGDR_TRY(CheckOptions(opt));
+  CGDR_TRY(CheckCommonOptions(opt));
   CGDR_TRY(CheckIndices(in.state_indices, P));
-  if (opt.check_values) CGDR_TRY(CheckValues(in));
-#undef CGDR_TRY
+  if (opt.check_values) {
+    CGDR_TRY(CheckValues({{"query", &in.query}, {"key", &in.key}, {"value", &in.value}, {"beta", &in.beta}, {"g", &in.g}},
+                         in.g, opt.threads));
+  }
 
   p->N = N; p->P = P; p->Nk = Nk; p->Nv = Nv; p->Dk = Dk; p->Dv = Dv;
   p->dtype = dt;
   p->has_g = in.g.present();
   p->g_dtype = in.g.present() ? in.g.dtype : DType::kF32;
   p->state_dtype = in.state_pool.dtype;
-  const bool explicit_scale = (opt.scale > 0.0 || opt.scale < 0.0) && std::isfinite(opt.scale);
-  p->scale = explicit_scale ? opt.scale : 1.0 / std::sqrt(static_cast<double>(Dk));
+  p->scale = ResolveScale(opt.scale, Dk);
   p->options = opt;
   return Status::Ok();
 }

@@ -6,15 +6,10 @@
 #include <new>
 #include <sstream>
 
+#include "core/strcat.h"
+
 namespace cgdr {
 namespace {
-
-template <typename... Args>
-std::string Cat(const Args&... args) {
-  std::ostringstream os;
-  (os << ... << args);
-  return os.str();
-}
 
 Status Fail(const std::string& path, const std::string& msg) { return Status::Invalid(Cat(path, ": ", msg)); }
 

@@ -18,6 +18,8 @@
 #include <sstream>
 #include <utility>
 
+#include "core/strcat.h"
+
 namespace cgdr {
 
 static_assert(std::endian::native == std::endian::little, "tensor bytes are written as they lie in memory");
@@ -27,13 +29,6 @@ namespace {
 using Json = nlohmann::json;
 constexpr size_t kAlign = 64;  // buffers suit any SIMD load
 constexpr uint64_t kMaxI64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-
-template <typename... Args>
-std::string Cat(const Args&... args) {
-  std::ostringstream os;
-  (os << ... << args);
-  return os.str();
-}
 
 // Names and JSON snippets come from untrusted files: escape control bytes so
 // every message stays on one line, and cut long ones.

@@ -1,90 +1,22 @@
-// Everything of SPEC 3 in one place. Each failure names the tensor, what was
-// expected and what was found; nothing here writes to any output.
-#include <cmath>
+// Everything of SPEC 3 for prefill in one place (the checks it shares with
+// decode are in checks.h). Each failure names the tensor, what was expected
+// and what was found; nothing here writes to any output.
 #include <cstdint>
-#include <limits>
-#include <sstream>
-#include <string>
+#include <utility>
 
 #include "cgdr/cgdr.hpp"
-#include "core/dtype.h"
-#include "core/scan.h"
+#include "core/strcat.h"
+#include "validate/checks.h"
 
 namespace cgdr {
 namespace {
-
-// Byte offsets must fit in int64 with room to spare (SPEC 3: never wrap).
-constexpr int64_t kMaxElements = std::numeric_limits<int64_t>::max() / 16;
-
-template <typename... Args>
-std::string Cat(const Args&... args) {
-  std::ostringstream os;
-  (os << ... << args);
-  return os.str();
-}
-
-Status CheckFloatDType(const char* name, const TensorView& t) {
-  if (t.dtype == DType::kF16 || t.dtype == DType::kBF16 || t.dtype == DType::kF32) return Status::Ok();
-  return Status::Invalid(Cat(name, ": expected dtype f16, bf16 or f32, got ", DTypeName(t.dtype)));
-}
-
-Status CheckSameDType(const char* name, const TensorView& t, DType want, const char* why) {
-  if (t.dtype == want) return Status::Ok();
-  return Status::Invalid(Cat(name, ": expected dtype ", DTypeName(want), " (", why, "), got ", DTypeName(t.dtype)));
-}
-
-Status CheckRank(const char* name, const TensorView& t, int rank, const char* dims) {
-  if (t.rank == rank) {
-    for (int i = 0; i < rank; ++i) {
-      if (t.shape[i] < 0) {
-        return Status::Invalid(Cat(name, ": expected non-negative dimensions ", dims, ", got ", t.ShapeString()));
-      }
-    }
-    if (t.numel() > kMaxElements) {
-      return Status::Invalid(Cat(name, ": shape ", t.ShapeString(), " has more elements than 64-bit offsets allow (max ",
-                                 kMaxElements, ")"));
-    }
-    return Status::Ok();
-  }
-  return Status::Invalid(Cat(name, ": expected rank ", rank, " ", dims, ", got rank ", t.rank, " ", t.ShapeString()));
-}
-
-Status CheckShape(const char* name, const TensorView& t, std::initializer_list<int64_t> want, const char* dims) {
-  std::ostringstream ws;
-  ws << "[";
-  int i = 0;
-  bool same = t.rank == static_cast<int>(want.size());
-  for (int64_t w : want) {
-    ws << (i ? ", " : "") << w;
-    if (same && t.shape[i] != w) same = false;
-    ++i;
-  }
-  ws << "]";
-  if (same) return Status::Ok();
-  return Status::Invalid(Cat(name, ": expected shape ", dims, " = ", ws.str(), ", got ", t.ShapeString()));
-}
-
-Status CheckPresent(const char* name, const TensorView& t) {
-  if (t.present()) return Status::Ok();
-  return Status::Invalid(Cat(name, ": required tensor is missing (null data pointer)"));
-}
-
-// Byte range [begin, end) of a tensor, for overlap checks.
-struct Range {
-  uintptr_t begin = 0, end = 0;
-};
-Range BytesOf(const TensorView& t) {
-  const auto b = reinterpret_cast<uintptr_t>(t.data);
-  return {b, b + static_cast<uintptr_t>(t.numel()) * DTypeSize(t.dtype)};
-}
-bool Overlap(Range a, Range b) { return a.begin < b.end && b.begin < a.end && a.begin != a.end && b.begin != b.end; }
 
 Status CheckNoOverlap(const char* out_name, const TensorView& out, const Inputs& in, bool allow_state_alias) {
   if (!out.present()) return Status::Ok();
   const std::pair<const char*, const TensorView*> inputs[] = {
       {"query", &in.query}, {"key", &in.key},   {"value", &in.value},         {"beta", &in.beta},
       {"g", &in.g},         {"seq_lens", &in.seq_lens}, {"initial_state", &in.initial_state}};
-  const Range r = BytesOf(out);
+  const ByteRange r = BytesOf(out);
   for (const auto& [name, t] : inputs) {
     if (!t->present()) continue;
     const bool exact_state_alias = allow_state_alias && t == &in.initial_state && t->data == out.data &&
@@ -97,52 +29,9 @@ Status CheckNoOverlap(const char* out_name, const TensorView& out, const Inputs&
   return Status::Ok();
 }
 
-std::string IndexString(const TensorView& t, int64_t flat) {
-  std::ostringstream os;
-  os << "[";
-  int64_t idx[TensorView::kMaxRank] = {};
-  for (int i = t.rank - 1; i >= 0; --i) {
-    idx[i] = t.shape[i] ? flat % t.shape[i] : 0;
-    flat = t.shape[i] ? flat / t.shape[i] : 0;
-  }
-  for (int i = 0; i < t.rank; ++i) os << (i ? ", " : "") << idx[i];
-  os << "]";
-  return os.str();
-}
-
-// threads: Options::threads, for the scans of large tensors.
-Status CheckValues(const Inputs& in, int threads) {
-  const std::pair<const char*, const TensorView*> tensors[] = {{"query", &in.query}, {"key", &in.key},
-                                                               {"value", &in.value}, {"beta", &in.beta},
-                                                               {"g", &in.g},         {"initial_state", &in.initial_state}};
-  for (const auto& [name, t] : tensors) {
-    if (!t->present()) continue;
-    const int64_t bad = FirstNonFinite(*t, threads);
-    if (bad >= 0) {
-      return Status::Invalid(Cat(name, ": non-finite value ", LoadAsF32(t->data, t->dtype, bad), " at index ",
-                                 IndexString(*t, bad), " (check_values)"));
-    }
-  }
-  if (in.g.present()) {
-    const int64_t i = FirstPositive(in.g, threads);
-    if (i >= 0) {
-      return Status::Invalid(Cat("g: expected log-decay <= 0, got ", LoadAsF32(in.g.data, in.g.dtype, i), " at index ",
-                                 IndexString(in.g, i), " (exp of its prefix sum can overflow FP32; check_values)"));
-    }
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Problem* p) {
-  Status s;
-#define CGDR_TRY(expr) \
-  do {                 \
-    s = (expr);        \
-    if (!s.ok()) return s; \
-  } while (0)
-
   CGDR_TRY(CheckPresent("query", in.query));
   CGDR_TRY(CheckPresent("key", in.key));
   CGDR_TRY(CheckPresent("value", in.value));
@@ -150,37 +39,10 @@ Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Proble
   CGDR_TRY(CheckPresent("seq_lens", in.seq_lens));
   CGDR_TRY(CheckPresent("out", out.out));
 
-  CGDR_TRY(CheckRank("query", in.query, 3, "[T, Nk, Dk]"));
-  CGDR_TRY(CheckFloatDType("query", in.query));
-  const int64_t T = in.query.shape[0], Nk = in.query.shape[1], Dk = in.query.shape[2];
-  CGDR_TRY(CheckRank("value", in.value, 3, "[T, Nv, Dv]"));
-  const int64_t Nv = in.value.shape[1], Dv = in.value.shape[2];
-
-  if (Nk == 0) return Status::Invalid(Cat("query: expected Nk >= 1 heads, got shape ", in.query.ShapeString()));
-  if (Nv == 0) return Status::Invalid(Cat("value: expected Nv >= 1 heads, got shape ", in.value.ShapeString()));
-  if (Nv % Nk != 0) {
-    return Status::Invalid(Cat("value: expected Nv to be a multiple of Nk = ", Nk, " (grouped heads), got Nv = ", Nv));
-  }
-  if (Dk < 1 || Dk > kMaxHeadDim) {
-    return Status::Invalid(Cat("query: expected Dk in [1, ", kMaxHeadDim, "], got Dk = ", Dk));
-  }
-  if (Dv < 1 || Dv > kMaxHeadDim) {
-    return Status::Invalid(Cat("value: expected Dv in [1, ", kMaxHeadDim, "], got Dv = ", Dv));
-  }
-
-  const DType dt = in.query.dtype;
-  CGDR_TRY(CheckShape("key", in.key, {T, Nk, Dk}, "[T, Nk, Dk] as query"));
-  CGDR_TRY(CheckSameDType("key", in.key, dt, "same as query"));
-  CGDR_TRY(CheckShape("value", in.value, {T, Nv, Dv}, "[T, Nv, Dv] with T of query"));
-  CGDR_TRY(CheckSameDType("value", in.value, dt, "same as query"));
-  CGDR_TRY(CheckRank("beta", in.beta, 2, "[T, Nv]"));
-  CGDR_TRY(CheckShape("beta", in.beta, {T, Nv}, "[T, Nv]"));
-  CGDR_TRY(CheckSameDType("beta", in.beta, dt, "same as query"));
-  if (in.g.present()) {
-    CGDR_TRY(CheckRank("g", in.g, 2, "[T, Nv]"));
-    CGDR_TRY(CheckShape("g", in.g, {T, Nv}, "[T, Nv]"));
-    CGDR_TRY(CheckFloatDType("g", in.g));
-  }
+  TokenDims dims;
+  CGDR_TRY(CheckTokenInputs("T", in.query, in.key, in.value, in.beta, in.g, &dims));
+  const int64_t T = dims.tokens, Nk = dims.Nk, Nv = dims.Nv, Dk = dims.Dk, Dv = dims.Dv;
+  const DType dt = dims.dtype;
 
   CGDR_TRY(CheckRank("seq_lens", in.seq_lens, 1, "[B]"));
   CGDR_TRY(CheckSameDType("seq_lens", in.seq_lens, DType::kI32, "token counts"));
@@ -223,10 +85,8 @@ Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Proble
   }
   if (total != T) return Status::Invalid(Cat("seq_lens: expected the lengths to sum to T = ", T, ", got ", total));
 
+  CGDR_TRY(CheckCommonOptions(opt));
   // Enum values from outside the C++ type system (casts, C callers, bindings).
-  if (opt.state_layout != StateLayout::kVK && opt.state_layout != StateLayout::kKV) {
-    return Status::Invalid(Cat("options.state_layout: expected vk or kv, got value ", static_cast<int>(opt.state_layout)));
-  }
   switch (opt.algo) {
     case Algo::kAuto: case Algo::kRecurrent: case Algo::kChunk16: case Algo::kChunk32: case Algo::kChunk64:
     case Algo::kChunk128:
@@ -234,9 +94,6 @@ Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Proble
     default:
       return Status::Invalid(Cat("options.algo: expected auto, recurrent, chunk16, chunk32, chunk64 or chunk128, got value ",
                                  static_cast<int>(opt.algo)));
-  }
-  if (!(opt.threads >= 0 && opt.threads <= 4096)) {
-    return Status::Invalid(Cat("options.threads: expected 0 (all) .. 4096, got ", opt.threads));
   }
   switch (opt.precision) {
     case Precision::kFp32:
@@ -256,11 +113,11 @@ Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Proble
     return Status::Invalid(Cat("options.dk_bucket: expected 0 (auto), -1 (generic) or one of 64, 80, 96, 128 >= Dk = ", Dk,
                                ", got ", opt.dk_bucket));
   }
-  if (!(std::isfinite(opt.scale) || std::isnan(opt.scale))) {
-    return Status::Invalid(Cat("options.scale: expected a finite number (0 = 1/sqrt(Dk)), got ", opt.scale));
+  if (opt.check_values) {
+    CGDR_TRY(CheckValues({{"query", &in.query}, {"key", &in.key}, {"value", &in.value}, {"beta", &in.beta},
+                          {"g", &in.g}, {"initial_state", &in.initial_state}},
+                         in.g, opt.threads));
   }
-  if (opt.check_values) CGDR_TRY(CheckValues(in, opt.threads));
-#undef CGDR_TRY
 
   p->T = T; p->B = B; p->Nk = Nk; p->Nv = Nv; p->Dk = Dk; p->Dv = Dv;
   p->dtype = dt;
@@ -269,7 +126,7 @@ Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Proble
   p->has_initial_state = in.initial_state.present();
   p->state_dtype = state_dt;
   p->want_final_state = out.final_state.present();
-  p->scale = (opt.scale > 0.0 || opt.scale < 0.0) && std::isfinite(opt.scale) ? opt.scale : 1.0 / std::sqrt(static_cast<double>(Dk));
+  p->scale = ResolveScale(opt.scale, Dk);
   p->options = opt;
   return Status::Ok();
 }
