@@ -221,6 +221,7 @@ TEST(ExtremeValues, HugeKeyNormsAreReportedByCheckValues) {
     ASSERT_FALSE(s.ok()) << AlgoName(a) << ": non-finite outputs from finite inputs were not reported";
     EXPECT_NE(s.message().find("non-finite"), std::string::npos) << s.message();
     EXPECT_NE(s.message().find("check_values"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(" at index ["), std::string::npos) << s.message();  // [t, head, j] as the input checks print
     EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
     // Without check_values the call succeeds (the caller opted out of the scan).
     opt.check_values = false;

@@ -1,13 +1,13 @@
 // The public entry: validate -> plan -> execute (ARCHITECTURE data flow).
-#include <cmath>
 #include <new>
-#include <string>
 
 #include "cgdr/cgdr.hpp"
 #include "cgdr/plan.hpp"
 #include "core/dtype.h"
 #include "core/scan.h"
+#include "core/strcat.h"
 #include "kernels/kernels.h"
+#include "validate/checks.h"
 
 namespace cgdr {
 namespace {
@@ -19,9 +19,9 @@ Status CheckOutputFinite(const char* name, const TensorView& t, int threads) {
   if (!t.present()) return Status::Ok();
   const int64_t i = FirstNonFinite(t, threads);
   if (i < 0) return Status::Ok();
-  return Status::Invalid(std::string(name) + ": non-finite value " + std::to_string(LoadAsF32(t.data, t.dtype, i)) +
-                         " at flat index " + std::to_string(i) + " computed from finite inputs (FP32/" +
-                         DTypeName(t.dtype) + " range exceeded; check_values); the outputs are invalid");
+  return Status::Invalid(Cat(name, ": non-finite value ", LoadAsF32(t.data, t.dtype, i), " at index ", IndexString(t, i),
+                             " computed from finite inputs (FP32/", DTypeName(t.dtype),
+                             " range exceeded; check_values); the outputs are invalid"));
 }
 
 }  // namespace

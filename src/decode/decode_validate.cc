@@ -69,7 +69,7 @@ Status ValidateDecode(const DecodeInputs& in, const DecodeOutputs& out, const Op
   CGDR_TRY(CheckPresent("out", out.out));
 
   TokenDims dims;
-  CGDR_TRY(CheckTokenInputs("N", in.query, in.key, in.value, in.beta, in.g, &dims));
+  CGDR_TRY(CheckTokenInputs(TokenAxis::kSequences, in.query, in.key, in.value, in.beta, in.g, &dims));
   const int64_t N = dims.tokens, Nk = dims.Nk, Nv = dims.Nv, Dk = dims.Dk, Dv = dims.Dv;
   const DType dt = dims.dtype;
 

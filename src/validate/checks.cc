@@ -49,27 +49,36 @@ Status CheckRank(const char* name, const TensorView& t, int rank, const char* di
 }
 
 Status CheckShape(const char* name, const TensorView& t, std::initializer_list<int64_t> want, const char* dims) {
+  bool same = t.rank == static_cast<int>(want.size());
+  for (int i = 0; same && i < t.rank; ++i) same = t.shape[i] == want.begin()[i];
+  if (same) return Status::Ok();  // the message is built only for a failure (Validate runs on every call)
   std::ostringstream ws;
   ws << "[";
-  int i = 0;
-  bool same = t.rank == static_cast<int>(want.size());
-  for (int64_t w : want) {
-    ws << (i ? ", " : "") << w;
-    if (same && t.shape[i] != w) same = false;
-    ++i;
-  }
+  for (const int64_t* w = want.begin(); w != want.end(); ++w) ws << (w == want.begin() ? "" : ", ") << *w;
   ws << "]";
-  if (same) return Status::Ok();
   return Status::Invalid(Cat(name, ": expected shape ", dims, " = ", ws.str(), ", got ", t.ShapeString()));
 }
 
-Status CheckTokenInputs(const char* X, const TensorView& query, const TensorView& key, const TensorView& value,
+namespace {
+
+// The dimension strings of CheckTokenInputs' messages, per token axis.
+struct TokenAxisNames {
+  const char *query, *key, *value, *value_tokens, *head;
+};
+constexpr TokenAxisNames kAxisT{"[T, Nk, Dk]", "[T, Nk, Dk] as query", "[T, Nv, Dv]", "[T, Nv, Dv] with T of query",
+                                "[T, Nv]"};
+constexpr TokenAxisNames kAxisN{"[N, Nk, Dk]", "[N, Nk, Dk] as query", "[N, Nv, Dv]", "[N, Nv, Dv] with N of query",
+                                "[N, Nv]"};
+
+}  // namespace
+
+Status CheckTokenInputs(TokenAxis axis, const TensorView& query, const TensorView& key, const TensorView& value,
                         const TensorView& beta, const TensorView& g, TokenDims* dims) {
-  const std::string qdims = Cat("[", X, ", Nk, Dk]"), vdims = Cat("[", X, ", Nv, Dv]"), hdims = Cat("[", X, ", Nv]");
-  CGDR_TRY(CheckRank("query", query, 3, qdims.c_str()));
+  const TokenAxisNames& x = axis == TokenAxis::kTokens ? kAxisT : kAxisN;
+  CGDR_TRY(CheckRank("query", query, 3, x.query));
   CGDR_TRY(CheckFloatDType("query", query));
   const int64_t tokens = query.shape[0], Nk = query.shape[1], Dk = query.shape[2];
-  CGDR_TRY(CheckRank("value", value, 3, vdims.c_str()));
+  CGDR_TRY(CheckRank("value", value, 3, x.value));
   const int64_t Nv = value.shape[1], Dv = value.shape[2];
   if (Nk == 0) return Status::Invalid(Cat("query: expected Nk >= 1 heads, got shape ", query.ShapeString()));
   if (Nv == 0) return Status::Invalid(Cat("value: expected Nv >= 1 heads, got shape ", value.ShapeString()));
@@ -80,16 +89,16 @@ Status CheckTokenInputs(const char* X, const TensorView& query, const TensorView
   if (Dv < 1 || Dv > kMaxHeadDim) return Status::Invalid(Cat("value: expected Dv in [1, ", kMaxHeadDim, "], got Dv = ", Dv));
 
   const DType dt = query.dtype;
-  CGDR_TRY(CheckShape("key", key, {tokens, Nk, Dk}, (qdims + " as query").c_str()));
+  CGDR_TRY(CheckShape("key", key, {tokens, Nk, Dk}, x.key));
   CGDR_TRY(CheckSameDType("key", key, dt, "same as query"));
-  CGDR_TRY(CheckShape("value", value, {tokens, Nv, Dv}, Cat(vdims, " with ", X, " of query").c_str()));
+  CGDR_TRY(CheckShape("value", value, {tokens, Nv, Dv}, x.value_tokens));
   CGDR_TRY(CheckSameDType("value", value, dt, "same as query"));
-  CGDR_TRY(CheckRank("beta", beta, 2, hdims.c_str()));
-  CGDR_TRY(CheckShape("beta", beta, {tokens, Nv}, hdims.c_str()));
+  CGDR_TRY(CheckRank("beta", beta, 2, x.head));
+  CGDR_TRY(CheckShape("beta", beta, {tokens, Nv}, x.head));
   CGDR_TRY(CheckSameDType("beta", beta, dt, "same as query"));
   if (g.present()) {
-    CGDR_TRY(CheckRank("g", g, 2, hdims.c_str()));
-    CGDR_TRY(CheckShape("g", g, {tokens, Nv}, hdims.c_str()));
+    CGDR_TRY(CheckRank("g", g, 2, x.head));
+    CGDR_TRY(CheckShape("g", g, {tokens, Nv}, x.head));
     CGDR_TRY(CheckFloatDType("g", g));
   }
   *dims = TokenDims{tokens, Nk, Nv, Dk, Dv, dt};

@@ -28,13 +28,15 @@ Status CheckRank(const char* name, const TensorView& t, int rank, const char* di
 Status CheckShape(const char* name, const TensorView& t, std::initializer_list<int64_t> want, const char* dims);
 
 // query [X, Nk, Dk], key, value [X, Nv, Dv], beta [X, Nv] and g (optional)
-// of one call, X the token dimension ("T" for prefill, "N" for decode): the
-// head counts and widths, and that key, value, beta share query's dtype.
+// of one call, X the token axis: T tokens (prefill) or N sequences of one
+// token (decode). The head counts and widths, and that key, value, beta
+// share query's dtype.
+enum class TokenAxis { kTokens, kSequences };
 struct TokenDims {
   int64_t tokens = 0, Nk = 0, Nv = 0, Dk = 0, Dv = 0;
   DType dtype = DType::kF32;
 };
-Status CheckTokenInputs(const char* X, const TensorView& query, const TensorView& key, const TensorView& value,
+Status CheckTokenInputs(TokenAxis axis, const TensorView& query, const TensorView& key, const TensorView& value,
                         const TensorView& beta, const TensorView& g, TokenDims* dims);
 
 // Byte range [begin, end) of a tensor, for overlap checks.

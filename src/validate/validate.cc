@@ -40,7 +40,7 @@ Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Proble
   CGDR_TRY(CheckPresent("out", out.out));
 
   TokenDims dims;
-  CGDR_TRY(CheckTokenInputs("T", in.query, in.key, in.value, in.beta, in.g, &dims));
+  CGDR_TRY(CheckTokenInputs(TokenAxis::kTokens, in.query, in.key, in.value, in.beta, in.g, &dims));
   const int64_t T = dims.tokens, Nk = dims.Nk, Nv = dims.Nv, Dk = dims.Dk, Dv = dims.Dv;
   const DType dt = dims.dtype;
 
