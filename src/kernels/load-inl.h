@@ -74,7 +74,7 @@ HWY_INLINE float LoadElementAs(const void* HWY_RESTRICT src, int64_t i) {
   return F16ToF32(static_cast<const uint16_t*>(src)[i]);
 }
 
-// dst[0, n) = src[0, n) as f32; dst[n, n_pad) = 0.
+// dst[0, n) = src[0, n) as f32; dst[n, n_pad) = 0. dst: vector-aligned (scratch rows).
 template <DType kT>
 HWY_INLINE void LoadRowAs(const void* HWY_RESTRICT src, int64_t n, float* HWY_RESTRICT dst, int64_t n_pad) {
   const hn::ScalableTag<float> d;
@@ -100,35 +100,52 @@ HWY_INLINE void LoadRow(const void* src, DType t, int64_t n, float* HWY_RESTRICT
   ForDType(t, [&](auto tag) { LoadRowAs<decltype(tag)::value>(src, n, dst, n_pad); });
 }
 
+// The lanes of v stored as kT at element i of dst (round to nearest even).
+template <DType kT, class D>
+HWY_INLINE void StoreVectorAs(D d, hn::Vec<D> v, void* HWY_RESTRICT dst, int64_t i) {
+  if constexpr (kT == DType::kF32) {
+    hn::StoreU(v, d, static_cast<float*>(dst) + i);
+  } else if constexpr (kT == DType::kF16) {
+#if HWY_TARGET <= HWY_AVX2
+    const hn::Rebind<hwy::float16_t, D> df16;
+    hn::StoreU(hn::DemoteTo(df16, v), df16, static_cast<hwy::float16_t*>(dst) + i);
+#else
+    HWY_ALIGN float lanes[hn::MaxLanes(d)];  // no F16C: the portable converter
+    hn::Store(v, d, lanes);
+    uint16_t* bits = static_cast<uint16_t*>(dst) + i;
+    for (size_t l = 0; l < hn::Lanes(d); ++l) bits[l] = F32ToF16(lanes[l]);
+#endif
+  } else {
+    // Bf16Bits: the rounding of F32ToBF16 (nearest even, NaN kept) in registers.
+    const hn::Rebind<uint16_t, D> du16;
+    const VU32 bits = Bf16Bits(hn::BitCast(DU32(), v));  // < 2^16: the i32 demote is exact
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(DI32(), bits)), du16, static_cast<uint16_t*>(dst) + i);
+  }
+}
+
+// x stored as kT at element i of dst (round to nearest even).
+template <DType kT>
+HWY_INLINE void StoreElementAs(void* HWY_RESTRICT dst, int64_t i, float x) {
+  if constexpr (kT == DType::kF32) {
+    static_cast<float*>(dst)[i] = x;
+  } else if constexpr (kT == DType::kBF16) {
+    static_cast<uint16_t*>(dst)[i] = F32ToBF16(x);
+  } else {
+    static_cast<uint16_t*>(dst)[i] = F32ToF16(x);
+  }
+}
+
 // dst[0, n) = src[0, n) converted to kT (round to nearest even).
 template <DType kT>
 HWY_INLINE void StoreRowAs(const float* HWY_RESTRICT src, int64_t n, void* HWY_RESTRICT dst) {
   if constexpr (kT == DType::kF32) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-  } else if constexpr (kT == DType::kF16) {
-    auto* h = static_cast<uint16_t*>(dst);
-    int64_t i = 0;
-#if HWY_TARGET <= HWY_AVX2
+  } else {
     const hn::ScalableTag<float> d;
     const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-    const hn::Rebind<hwy::float16_t, decltype(d)> df16;
-    for (; i + N <= n; i += N) {
-      hn::StoreU(hn::DemoteTo(df16, hn::LoadU(d, src + i)), df16, reinterpret_cast<hwy::float16_t*>(h) + i);
-    }
-#endif
-    for (; i < n; ++i) h[i] = F32ToF16(src[i]);
-  } else {
-    // Bf16Bits: the rounding of F32ToBF16 (nearest even, NaN kept) in registers.
-    auto* h = static_cast<uint16_t*>(dst);
     int64_t i = 0;
-    const DBF d;
-    const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-    const hn::Rebind<uint16_t, DBF> du16;
-    for (; i + N <= n; i += N) {
-      const VU32 bits = Bf16Bits(hn::BitCast(DU32(), hn::LoadU(d, src + i)));  // < 2^16: the i32 demote is exact
-      hn::StoreU(hn::DemoteTo(du16, hn::BitCast(DI32(), bits)), du16, h + i);
-    }
-    for (; i < n; ++i) h[i] = F32ToBF16(src[i]);
+    for (; i + N <= n; i += N) StoreVectorAs<kT>(d, hn::LoadU(d, src + i), dst, i);
+    for (; i < n; ++i) StoreElementAs<kT>(dst, i, src[i]);
   }
 }
 
