@@ -12,6 +12,7 @@
 #include "cgdr/cgdr.hpp"
 #include "cgdr/decode.hpp"
 #include "cgdr/plan.hpp"
+#include "core/alloc.h"
 #include "core/synthetic.h"
 
 namespace cgdr {
@@ -169,8 +170,36 @@ TEST(Concurrency, EightThreadsTwoHundredCallsBitwise) {
   RunStress(jobs, &expected);
 }
 
-// The calibration profile is the only process-wide state: one object, the
-// same for every thread.
+// The scratch cache is the other process-wide state (core/alloc.h): a lease
+// is its holder's alone while it lasts, whatever other threads take and give
+// back meanwhile. Each thread fills its buffers with its own id and checks
+// them after the others had time to run.
+TEST(Concurrency, ScratchLeasesAreExclusive) {
+  std::atomic<int> clashes{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCallsPerThread; ++i) {
+        const size_t n = 256 + 64 * static_cast<size_t>((i + t) % 5);
+        ScratchLease a(n), b(n / 2);
+        if (!a || !b) {
+          ++clashes;
+          continue;
+        }
+        for (size_t j = 0; j < n; ++j) a.get()[j] = static_cast<float>(t);
+        for (size_t j = 0; j < n / 2; ++j) b.get()[j] = static_cast<float>(-t - 1);
+        std::this_thread::yield();
+        for (size_t j = 0; j < n; ++j) clashes += a.get()[j] != static_cast<float>(t);
+        for (size_t j = 0; j < n / 2; ++j) clashes += b.get()[j] != static_cast<float>(-t - 1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(clashes.load(), 0);
+}
+
+// The calibration profile is the only other process-wide state: one object,
+// the same for every thread.
 TEST(Concurrency, ProfileIsOneSharedImmutableObject) {
   std::vector<const MachineProfile*> seen(kThreads);
   std::vector<std::thread> threads;

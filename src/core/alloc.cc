@@ -1,13 +1,16 @@
 #include "core/alloc.h"
 
 #include <atomic>
+#include <cmath>
+#include <mutex>
+#include <utility>
 
 namespace cgdr {
 namespace {
 
-// Successful allocations still allowed; negative: injection off. The only
-// mutable global of the library besides the calibration profile, atomic
-// because Run may be called from many threads at once.
+// Successful allocations still allowed; negative: injection off. Atomic
+// because Run may be called from many threads at once (the library's other
+// globals: the calibration profile and the scratch cache below).
 std::atomic<int> g_allocations_left{-1};
 std::atomic<int> g_injected_failures{0};
 
@@ -31,6 +34,76 @@ hwy::AlignedFreeUniquePtr<float[]> AllocateScratch(size_t n) {
   return hwy::AllocateAligned<float>(n);
 }
 
+namespace {
+
+// The buffers leases gave back: fixed slots, so giving one back (in a
+// destructor) never allocates.
+struct ScratchCache {
+  std::mutex mu;
+  hwy::AlignedFreeUniquePtr<float[]> buf[kMaxCachedScratch];
+  size_t capacity[kMaxCachedScratch] = {};
+  size_t bytes = 0;
+  bool poison = false;
+};
+
+ScratchCache& Cache() {
+  static ScratchCache cache;
+  return cache;
+}
+
+bool HookArmed() { return g_allocations_left.load(std::memory_order_relaxed) >= 0; }
+
+}  // namespace
+
+ScratchLease::ScratchLease(size_t n) : capacity_(n), cacheable_(!HookArmed()) {
+  if (cacheable_) {
+    ScratchCache& c = Cache();
+    std::lock_guard<std::mutex> lock(c.mu);
+    int best = -1;  // the smallest cached buffer that is large enough
+    for (int i = 0; i < kMaxCachedScratch; ++i) {
+      if (c.buf[i] && c.capacity[i] >= n && (best < 0 || c.capacity[i] < c.capacity[best])) best = i;
+    }
+    if (best >= 0) {
+      buf_ = std::move(c.buf[best]);
+      capacity_ = c.capacity[best];
+      c.bytes -= capacity_ * sizeof(float);
+      if (c.poison) {
+        for (size_t i = 0; i < capacity_; ++i) buf_[i] = std::nanf("");
+      }
+      return;
+    }
+  }
+  buf_ = AllocateScratch(n);
+}
+
+ScratchLease::ScratchLease(ScratchLease&& other) noexcept
+    : buf_(std::move(other.buf_)), capacity_(other.capacity_), cacheable_(other.cacheable_) {}
+
+ScratchLease& ScratchLease::operator=(ScratchLease&& other) noexcept {
+  if (this != &other) {
+    ScratchLease old(std::move(*this));  // gives this lease's buffer back
+    buf_ = std::move(other.buf_);
+    capacity_ = other.capacity_;
+    cacheable_ = other.cacheable_;
+  }
+  return *this;
+}
+
+ScratchLease::~ScratchLease() {
+  if (!buf_ || !cacheable_) return;
+  ScratchCache& c = Cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.bytes + capacity_ * sizeof(float) > kMaxCachedScratchBytes) return;  // freed
+  for (int i = 0; i < kMaxCachedScratch; ++i) {
+    if (!c.buf[i]) {
+      c.buf[i] = std::move(buf_);
+      c.capacity[i] = capacity_;
+      c.bytes += capacity_ * sizeof(float);
+      return;
+    }
+  }
+}
+
 namespace testing_hooks {
 
 void FailAllocationsAfter(int n) {
@@ -41,6 +114,25 @@ void FailAllocationsAfter(int n) {
 void ResetAllocationFailures() { FailAllocationsAfter(-1); }
 
 int InjectedAllocationFailures() { return g_injected_failures.load(std::memory_order_relaxed); }
+
+void PoisonReusedScratch(bool on) {
+  ScratchCache& c = Cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.poison = on;
+}
+
+int DropCachedScratch() {
+  ScratchCache& c = Cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  int dropped = 0;
+  for (int i = 0; i < kMaxCachedScratch; ++i) {
+    if (c.buf[i]) ++dropped;
+    c.buf[i].reset();
+    c.capacity[i] = 0;
+  }
+  c.bytes = 0;
+  return dropped;
+}
 
 }  // namespace testing_hooks
 }  // namespace cgdr

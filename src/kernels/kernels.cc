@@ -50,10 +50,10 @@ Status ExecuteImpl(const Plan& plan, const Inputs& in, const Outputs& out) {
   const int workers = static_cast<int>(std::min<int64_t>(plan.threads, plan.groups()));
   // All scratch is allocated before any output is written: an allocation
   // failure leaves the outputs untouched.
-  std::vector<hwy::AlignedFreeUniquePtr<float[]>> scratch;
+  std::vector<ScratchLease> scratch;
   scratch.reserve(static_cast<size_t>(workers));
   for (int t = 0; t < workers; ++t) {
-    scratch.push_back(AllocateScratch(static_cast<size_t>(L.total)));  // core/alloc.h: fault injection in tests
+    scratch.emplace_back(static_cast<size_t>(L.total));  // core/alloc.h: reused between calls; fault injection in tests
     if (!scratch.back()) return Status(Code::kResourceExhausted, "cannot allocate kernel scratch (" + std::to_string(L.bytes()) + " bytes per thread)");
   }
   // Each thread claims the next group when it is done with one (Plan: groups
