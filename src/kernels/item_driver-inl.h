@@ -26,6 +26,7 @@
 #include "kernels/load-inl.h"
 #include "kernels/prefetch.h"
 #include "kernels/recurrent-inl.h"
+#include "kernels/transpose-inl.h"
 #include "plan/scratch_layout.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -54,13 +55,8 @@ struct ItemView {
 
 // The vk layout stores the state transposed ([Dv][Dk]: one row per V
 // column). It moves through L.line a vector's worth of rows at a time: N rows
-// of Dk there, and lane i of S[r][j0 .. j0 + N) is element r of row i, one
-// gather (load) or scatter (store) per row of S instead of a scalar access
-// per element (a tenth of a short call's time went there).
-HWY_INLINE hn::Vec<hn::RebindToSigned<hn::ScalableTag<float>>> TransitRows(int64_t dk_pad) {
-  const hn::RebindToSigned<hn::ScalableTag<float>> di;
-  return hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(dk_pad)));
-}
+// of Dk there, transposed to or from N columns of the panel one N x N tile
+// at a time in registers (transpose-inl.h).
 
 // S tile [dk_pad x w_pad] (column panels) from initial_state (zero when
 // absent); zero padding.
@@ -84,9 +80,7 @@ HWY_INLINE void LoadStateTile(const ItemView& iv, const ScratchLayout& L, float*
     }
     return;
   }
-  const hn::ScalableTag<float> d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const auto rows = TransitRows(L.dk_pad);
+  const int64_t N = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
   float* line = base + L.line;
   for (int64_t j0 = 0; j0 < L.w_pad; j0 += N) {  // past v_width: zero rows, zero columns of S
     for (int64_t i = 0; i < N; ++i) {
@@ -99,7 +93,7 @@ HWY_INLINE void LoadStateTile(const ItemView& iv, const ScratchLayout& L, float*
     }
     const int64_t c0 = sp.Start(j0), pw = sp.Width(c0);  // panels start at multiples of N
     float* panel = sp.Base(S, c0) + (j0 - c0);
-    for (int64_t r = 0; r < L.dk_pad; ++r) hn::Store(hn::GatherIndex(d, line + r, rows), d, panel + r * pw);
+    for (int64_t r0 = 0; r0 < L.dk_pad; r0 += N) TransposeTile(line + r0, L.dk_pad, panel + r0 * pw, pw);
   }
 }
 
@@ -119,14 +113,12 @@ HWY_INLINE void StoreStateTile(const ItemView& iv, const ScratchLayout& L, float
     }
     return;
   }
-  const hn::ScalableTag<float> d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const auto rows = TransitRows(L.dk_pad);
+  const int64_t N = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
   float* line = base + L.line;
   for (int64_t j0 = 0; j0 < it.v_width; j0 += N) {
     const int64_t c0 = sp.Start(j0), pw = sp.Width(c0);
     const float* panel = sp.Base(S, c0) + (j0 - c0);
-    for (int64_t r = 0; r < p.Dk; ++r) hn::ScatterIndex(hn::Load(d, panel + r * pw), d, line + r, rows);
+    for (int64_t r0 = 0; r0 < L.dk_pad; r0 += N) TransposeTile(panel + r0 * pw, pw, line + r0, L.dk_pad);
     for (int64_t i = 0; i < std::min(N, it.v_width - j0); ++i) {
       StoreRow(line + i * L.dk_pad, p.Dk, fin.dtype, AtMut(fin, iv.state_base + (it.v_begin + j0 + i) * p.Dk));
     }
