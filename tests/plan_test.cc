@@ -1,6 +1,7 @@
 // The planner (SPEC 5): invariants hold for many shapes, V is split only when
 // threads would idle, and the plan prints its choices.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <vector>
@@ -51,6 +52,22 @@ TEST(Plan, InvariantsHoldAcrossShapes) {
       }
     }
   }
+}
+
+// threads = 0 is OpenMP's default team size (the CPUs the process may use,
+// or OMP_NUM_THREADS), as in decode and the value scans: a process confined
+// to 3 CPUs plans for 3 threads, not for every CPU of the machine.
+TEST(Plan, AllThreadsMeansOpenMPsDefault) {
+  const int saved = omp_get_max_threads();
+  for (int n : {1, 3}) {
+    omp_set_num_threads(n);
+    Plan plan;
+    ASSERT_TRUE(MakePlan(MakeProblem({64}, 2, 4, 64, 64, 0), MachineProfile{}, &plan).ok());
+    EXPECT_EQ(plan.threads, n);
+    ASSERT_TRUE(MakePlan(MakeProblem({64}, 2, 4, 64, 64, 5), MachineProfile{}, &plan).ok());
+    EXPECT_EQ(plan.threads, 5);  // an explicit count is taken as given
+  }
+  omp_set_num_threads(saved);
 }
 
 TEST(Plan, BucketsFollowDk) {

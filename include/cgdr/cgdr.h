@@ -74,7 +74,7 @@ typedef struct cgdr_decode_args {
 } cgdr_decode_args;
 
 /* Opaque options. A NULL options pointer means all defaults: scale 1/sqrt(Dk),
- * no q/k l2norm, layout vk, all hardware threads, no value checks. */
+ * no q/k l2norm, layout vk, all CPUs the process may use, no value checks. */
 typedef struct cgdr_options cgdr_options;
 
 cgdr_status cgdr_options_create(cgdr_options** out);
@@ -82,7 +82,7 @@ void cgdr_options_destroy(cgdr_options* opt); /* NULL is a no-op */
 cgdr_status cgdr_options_set_scale(cgdr_options* opt, double scale); /* 0: 1/sqrt(Dk) */
 cgdr_status cgdr_options_set_qk_l2norm(cgdr_options* opt, int enable);
 cgdr_status cgdr_options_set_state_layout(cgdr_options* opt, cgdr_state_layout layout);
-cgdr_status cgdr_options_set_threads(cgdr_options* opt, int threads); /* 0: all */
+cgdr_status cgdr_options_set_threads(cgdr_options* opt, int threads); /* 0: all the process may use */
 cgdr_status cgdr_options_set_check_values(cgdr_options* opt, int enable);
 /* Chunk size: 0 = auto (the plan decides), 1 = token by token, 16/32/64/128. */
 cgdr_status cgdr_options_set_chunk(cgdr_options* opt, int chunk);

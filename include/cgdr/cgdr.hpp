@@ -56,7 +56,7 @@ struct Options {
   bool use_qk_l2norm = false;    // divide q, k rows by sqrt(sum x^2 + 1e-6)
   StateLayout state_layout = StateLayout::kVK;
   Algo algo = Algo::kAuto;       // force a formulation (tests, benchmarks)
-  int threads = 0;               // 0: all hardware threads
+  int threads = 0;               // 0: all CPUs this process may use (affinity mask, or OMP_NUM_THREADS)
   bool check_values = false;     // NaN/Inf in inputs, g > 0 (SPEC 3)
   int v_step = 0;                // 0: planner decides; else force V tile width
   int dk_bucket = 0;             // 0: planner decides; 64/80/96/128 force that bucket (>= Dk); -1 the generic path

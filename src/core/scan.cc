@@ -7,6 +7,8 @@
 
 #include <omp.h>
 
+#include "core/threads.h"
+
 namespace cgdr {
 namespace {
 
@@ -52,7 +54,7 @@ int64_t FirstMatchIn(const unsigned char* x, int64_t begin, int64_t end, Pred pr
 template <typename Bits, typename Pred>
 int64_t FirstMatch(const void* data, int64_t n, int threads, Pred pred) {
   const auto* x = static_cast<const unsigned char*>(data);
-  const int64_t parts = std::clamp<int64_t>(n / kMinPartElements, 1, threads > 0 ? threads : omp_get_max_threads());
+  const int64_t parts = std::clamp<int64_t>(n / kMinPartElements, 1, ResolveThreadCount(threads));
   if (parts == 1) return FirstMatchIn<Bits>(x, 0, n, pred);
   const int64_t part = (n + parts - 1) / parts;
   std::vector<int64_t> first(static_cast<size_t>(parts), -1);

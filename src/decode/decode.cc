@@ -259,6 +259,7 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 
 #include "cgdr/decode.hpp"
+#include "core/threads.h"
 #include "decode/decode_internal.h"
 
 namespace cgdr {
@@ -288,7 +289,7 @@ void LoadRow(const void* base, DType t, int64_t offset, int64_t n, float* dst) {
 // Threads for `items` heads of Dk x Dv: never more than items, and one for
 // steps too small to pay for waking a team.
 int ResolveThreads(const Options& opt, int64_t items, int64_t state_elems) {
-  int64_t t = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+  int64_t t = ResolveThreadCount(opt.threads);
   if (items * state_elems < (int64_t{1} << 15)) t = 1;
   return static_cast<int>(std::max<int64_t>(1, std::min(t, items)));
 }

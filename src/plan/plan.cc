@@ -8,10 +8,10 @@
 #include <numeric>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
+#include "core/threads.h"
 #include "plan/scratch_layout.h"
 
 namespace cgdr {
@@ -133,10 +133,8 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
   why << "bucket " << (out.dk_bucket ? std::to_string(out.dk_bucket) : std::string("generic")) << " for Dk=" << p.Dk
       << (forced ? " (forced)" : "") << "; ";
 
-  // Threads: the option, else the hardware's (read once: hardware_concurrency
-  // reads /sys on every call, ~3 us, a tenth of a 64-token call's planning).
-  static const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  out.threads = p.options.threads > 0 ? p.options.threads : hw;
+  // Threads: the option, else all this process may use (core/threads.h).
+  out.threads = ResolveThreadCount(p.options.threads);
 
   // Formulation: forced, or the cheapest under the cost model summed over sequences.
   if (p.options.algo != Algo::kAuto) {

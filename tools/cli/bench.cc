@@ -13,7 +13,6 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -22,6 +21,7 @@
 #include "bench/peak.h"
 #include "cgdr/cgdr.hpp"
 #include "cgdr/plan.hpp"
+#include "core/threads.h"
 #include "args.h"
 #include "commands.h"
 #include "core/synthetic.h"
@@ -46,7 +46,8 @@ void WarnIfBusy(const char* cmd) {
   }
 }
 
-int HardwareThreads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+// The thread count Options::threads = 0 resolves to (core/threads.h).
+int HardwareThreads() { return ResolveThreadCount(0); }
 
 // ---------------------------------------------------------------- rows
 
