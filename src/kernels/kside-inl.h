@@ -15,6 +15,7 @@
 #include "hwy/highway.h"
 #include "kernels/gemm-inl.h"
 #include "kernels/gemm_bf16-inl.h"
+#include "kernels/transpose-inl.h"
 #include "plan/scratch_layout.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -89,20 +90,17 @@ HWY_INLINE void InvertUnitLower(float* HWY_RESTRICT m, int64_t ld, int64_t n_blo
   }
 }
 
-// kt[r][i] = k[i][r] for i < n, 0 for n <= i < cp: one gather per vector of
-// kt instead of a scalar store per element. Rows n.. of k may be stale; they
-// are selected away, never used.
+// kt[r][i] = k[i][r] for i < n, 0 for n <= i < cp: N x N tiles transposed
+// in registers (transpose-inl.h), then the columns past n zeroed (rows n..
+// of k may be stale; nothing else reads them). dk and cp: multiples of the
+// lanes.
 HWY_INLINE void TransposeRows(const float* HWY_RESTRICT k, int64_t dk, int64_t n, int64_t cp, float* HWY_RESTRICT kt) {
-  const hn::ScalableTag<float> d;
-  const hn::RebindToSigned<decltype(d)> di;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const auto rows = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(dk)));
-  for (int64_t c = 0; c < cp; c += N) {
-    const auto valid = hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(N, n - c))));
-    const float* col = k + c * dk;
-    for (int64_t r = 0; r < dk; ++r) {
-      hn::Store(hn::IfThenElseZero(valid, hn::GatherIndex(d, col + r, rows)), d, kt + r * cp + c);
-    }
+  const int64_t N = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
+  for (int64_t i0 = 0; i0 < cp; i0 += N) {
+    for (int64_t r0 = 0; r0 < dk; r0 += N) TransposeTile(k + i0 * dk + r0, dk, kt + r0 * cp + i0, cp);
+  }
+  for (int64_t r = 0; r < dk && n < cp; ++r) {
+    for (int64_t i = n; i < cp; ++i) kt[r * cp + i] = 0.0f;
   }
 }
 
