@@ -46,9 +46,11 @@ struct ScratchCache {
   bool poison = false;
 };
 
+// Never destroyed: a lease that ends during static destruction (a caller's
+// global, an interpreter shutting down) still finds it.
 ScratchCache& Cache() {
-  static ScratchCache cache;
-  return cache;
+  static ScratchCache* const cache = new ScratchCache;
+  return *cache;
 }
 
 bool HookArmed() { return g_allocations_left.load(std::memory_order_relaxed) >= 0; }

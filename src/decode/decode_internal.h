@@ -11,8 +11,9 @@ namespace cgdr {
 // with hwy::SetSupportedTargetsForTest.
 std::vector<int64_t> DecodeTargets();
 
-// The dispatched bf16 row conversions the decode step uses for bf16 pools,
-// exposed so tests can hold them to core/dtype.h bit for bit.
+// load-inl.h's bf16 row conversions (the decode kernels use them per vector
+// on bf16 pools, prefill on bf16 rows), dispatched so tests can hold every
+// target to core/dtype.h bit for bit.
 void DecodeBF16ToF32(const uint16_t* src, int64_t n, float* dst);
 void DecodeF32ToBF16(const float* src, int64_t n, uint16_t* dst);
 
