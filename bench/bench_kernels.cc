@@ -1,6 +1,8 @@
 // Google Benchmark micro-benchmarks of the kernel phases (issue 5 item 9):
 // the blocked inverse, the K-side preparation, the V-side state products and
-// the recurrent tile step, on hot scratch, for the dispatched SIMD target.
+// the recurrent tile step, on hot scratch, for the dispatched SIMD target;
+// and the state products once more with the state streaming from L2 as in a
+// call (state_products_l2: 8 items' tiles in turn, as a group of 8 heads).
 // Counters: "alg_GFLOPs" counts SPEC 8's algorithmic flops of the tokens a
 // call covers (6 Dk Dv per token), "GFLOPs" the phase's own multiply-adds.
 #undef HWY_TARGET_INCLUDE
@@ -30,8 +32,10 @@ void FillScratch(float* p, int64_t n) {
 }
 
 // Runs `iters` repetitions of one phase; returns a checksum so nothing is elided.
+constexpr int64_t kStreamedTiles = 8;  // state_products_l2: 8 x 64 KiB tiles at 128 x 128
+
 float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) {
-  const ScratchLayout L(chunk, dk, dv, 1);
+  const ScratchLayout L(chunk, dk, dv, phase == 4 ? kStreamedTiles : 1);
   auto buf = hwy::AllocateAligned<float>(static_cast<size_t>(L.total));
   std::vector<float> init(static_cast<size_t>(L.total));
   FillScratch(init.data(), L.total);
@@ -62,6 +66,15 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
         sum += base[L.o];
         if (it % 16 == 15) std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats()) * 4);
         break;
+      case 4: {  // V side on the next of kStreamedTiles state tiles: each comes from L2
+        ChunkVSide(L, base, L.StateTile(base, it % kStreamedTiles), n);
+        sum += base[L.o];
+        if (it % (16 * kStreamedTiles) == 16 * kStreamedTiles - 1) {
+          const int64_t floats = L.tile_floats() * kStreamedTiles;
+          std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(floats) * 4);
+        }
+        break;
+      }
       default: {  // recurrent: n tokens over one state tile
         const Panels sp(L.dk_pad, L), rp(L.c, L);
         for (int64_t c0 = 0; c0 < L.w_pad; c0 = sp.Next(c0)) {
@@ -94,7 +107,8 @@ double PhaseFlops(int phase, int64_t chunk, int64_t dk, int64_t dv) {
   switch (phase) {
     case 0: return 2.0 * c * c * c / 6.0;
     case 1: return 2.0 * (c * c * dk + c * c / 2.0 * dk);
-    case 2: return 2.0 * (3.0 * c * dk * dv + c * c * dv);
+    case 2:
+    case 4: return 2.0 * (3.0 * c * dk * dv + c * c * dv);
     default: return 2.0 * 3.0 * c * dk * dv;
   }
 }
@@ -107,7 +121,7 @@ void BM_Phase(benchmark::State& state, int phase) {
   benchmark::DoNotOptimize(sink);
   const double calls = static_cast<double>(state.iterations()) * kCallsPerIteration;
   state.counters["GFLOPs"] = benchmark::Counter(PhaseFlops(phase, c, dk, dv) * calls / 1e9, benchmark::Counter::kIsRate);
-  if (phase >= 2) {
+  if (phase >= 2) {  // the V side and the recurrence cover tokens
     state.counters["alg_GFLOPs"] =
         benchmark::Counter(6.0 * RowsPerStep(c) * dk * dv * calls / 1e9, benchmark::Counter::kIsRate);
   }
@@ -116,6 +130,7 @@ void BM_Phase(benchmark::State& state, int phase) {
 BENCHMARK_CAPTURE(BM_Phase, inverse, 0)->Args({16, 128, 128})->Args({32, 128, 128})->Args({64, 128, 128});
 BENCHMARK_CAPTURE(BM_Phase, kside, 1)->Args({16, 128, 128})->Args({32, 128, 128})->Args({64, 128, 128})->Args({64, 208, 208});
 BENCHMARK_CAPTURE(BM_Phase, state_products, 2)->Args({16, 128, 128})->Args({32, 128, 128})->Args({64, 128, 128})->Args({16, 208, 208});
+BENCHMARK_CAPTURE(BM_Phase, state_products_l2, 4)->Args({16, 128, 128})->Args({64, 128, 128})->Args({16, 208, 208});
 BENCHMARK_CAPTURE(BM_Phase, recurrent_tile, 3)->Args({1, 128, 128})->Args({1, 128, 64})->Args({1, 64, 64});
 
 }  // namespace cgdr
