@@ -234,11 +234,7 @@ void StepHeadKV(void* state, DType pool, int64_t Dk, int64_t Dv, const float* HW
 // load-inl.h's bf16 row converters, dispatched for the tests that hold them
 // to core/dtype.h bit for bit (the pool kernels above use them per vector).
 void BF16ToF32Row(const uint16_t* HWY_RESTRICT src, int64_t n, float* HWY_RESTRICT dst) {
-  const hn::ScalableTag<float> d;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  int64_t i = 0;
-  for (; i + L <= n; i += L) hn::StoreU(LoadVectorAs<DType::kBF16>(d, src, i), d, dst + i);
-  for (; i < n; ++i) dst[i] = LoadElementAs<DType::kBF16>(src, i);
+  LoadRowAs<DType::kBF16>(src, n, dst, n);
 }
 
 void F32ToBF16Row(const float* HWY_RESTRICT src, int64_t n, uint16_t* HWY_RESTRICT dst) {

@@ -74,13 +74,13 @@ HWY_INLINE float LoadElementAs(const void* HWY_RESTRICT src, int64_t i) {
   return F16ToF32(static_cast<const uint16_t*>(src)[i]);
 }
 
-// dst[0, n) = src[0, n) as f32; dst[n, n_pad) = 0. dst: vector-aligned (scratch rows).
+// dst[0, n) = src[0, n) as f32; dst[n, n_pad) = 0.
 template <DType kT>
 HWY_INLINE void LoadRowAs(const void* HWY_RESTRICT src, int64_t n, float* HWY_RESTRICT dst, int64_t n_pad) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
-  for (; i + N <= n; i += N) hn::Store(LoadVectorAs<kT>(d, src, i), d, dst + i);
+  for (; i + N <= n; i += N) hn::StoreU(LoadVectorAs<kT>(d, src, i), d, dst + i);
   for (; i < n; ++i) dst[i] = LoadElementAs<kT>(src, i);
   for (; i < n_pad; ++i) dst[i] = 0.0f;
 }
