@@ -57,11 +57,11 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
         sum += m[(n - 1) * L.c_pad];
         break;
       }
-      case 1:  // K side: cumsum, Kb, K K^T, Q K^T, decay masks, inverse, Kcd
+      case 1:  // K side: K K^T, Q K^T, cumsum, decay masks, row factors, inverse
         PrepareKSide<0>(L, base, n, 1.0f);
-        sum += base[L.kcd];
+        sum += base[L.attn];
         break;
-      case 2:  // V side: Vnew, O, state update
+      case 2:  // V side: X, Vnew = A X, O, state update
         ChunkVSide(L, base, L.StateTile(base, 0), n);
         sum += base[L.o];
         if (it % 16 == 15) std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats()) * 4);
@@ -106,7 +106,7 @@ double PhaseFlops(int phase, int64_t chunk, int64_t dk, int64_t dv) {
   const double c = static_cast<double>(RowsPerStep(chunk));
   switch (phase) {
     case 0: return 2.0 * c * c * c / 6.0;
-    case 1: return 2.0 * (c * c * dk + c * c / 2.0 * dk);
+    case 1: return 2.0 * c * c * dk;  // K K^T and Q K^T, lower triangles
     case 2:
     case 4: return 2.0 * (3.0 * c * dk * dv + c * c * dv);
     default: return 2.0 * 3.0 * c * dk * dv;

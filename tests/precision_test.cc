@@ -124,6 +124,27 @@ TEST_P(PrecisionAccuracy, EveryTargetEveryChunkedAlgoOddShapes) {
 INSTANTIATE_TEST_SUITE_P(Modes, PrecisionAccuracy, ::testing::ValuesIn(kModes),
                          [](const ::testing::TestParamInfo<Precision>& info) { return std::string(PrecisionName(info.param)); });
 
+// Dk above 128: the state products split k into blocks (chunk-inl.h,
+// GemmBlockedK), and the row factors of X and O (RowEpilogue) must come with
+// the last block only, in the packed products as in FP32.
+TEST(Precision, EveryModeWithStateRowBlocks) {
+  CaseSpec spec = OddSpec(DType::kF32);
+  spec.Dk = 200;
+  spec.lens = {40, 1};
+  for (Precision p : kModes) {
+    for (Algo a : {Algo::kChunk16, Algo::kChunk64}) {
+      Case c = MakeCase(spec);
+      Options opt = c.options();
+      opt.algo = a;
+      opt.precision = p;
+      const Errors e = RunAndCompare(c, opt);
+      const std::string what = std::string(AlgoName(a)) + " " + PrecisionName(p);
+      EXPECT_LE(e.out, Tolerance(p, e.out_limit)) << what;
+      EXPECT_LE(e.state, Tolerance(p, e.state_limit)) << what;
+    }
+  }
+}
+
 // f16 in/out (the flagship's dtype): SPEC 6's limit, doubled for bf16x3.
 TEST(Precision, CompensatedF16WithinTwiceSpec6) {
   CaseSpec spec = OddSpec(DType::kF16);

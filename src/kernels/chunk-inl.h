@@ -1,7 +1,8 @@
-// The V side of one chunk (SPEC 4 steps 4 (U), 6, 7) on a state tile
+// The V side of one chunk (SPEC 4 steps 4, 6, 7) on a state tile
 // S [dk_pad x w_pad], FP32 between chunks (seeds 003 s.2). All three state
 // products and both in-chunk V products are Gemm() calls with fused
-// epilogues: the subtraction in Vnew, the decay e^(G_last) in the update.
+// epilogues: the row factors (beta, e^G, e^(G_last - G)), the subtraction in
+// X, the decay e^(G_last) in the update.
 #if defined(CGDR_KERNELS_CHUNK_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef CGDR_KERNELS_CHUNK_INL_H_
 #undef CGDR_KERNELS_CHUNK_INL_H_
@@ -41,7 +42,8 @@ HWY_INLINE int64_t StateRowsPerBlock(int64_t dk, int64_t pw) {
 // blocks of `kb`: the segments before si run with the first block, those
 // after with the last, and each later block continues the chains from C
 // (alpha 1: exact), so every element sees the FMAs of one pass in the same
-// order and the bits do not depend on the blocking.
+// order and the bits do not depend on the blocking. si's epilogue and the
+// scaled copy come with its last block.
 HWY_INLINE void GemmBlockedK(const GemmJob& job, int si, int64_t kb, Precision prec, const ScratchLayout& L,
                              float* HWY_RESTRICT base) {
   const Segment& big = job.seg[si];
@@ -52,12 +54,14 @@ HWY_INLINE void GemmBlockedK(const GemmJob& job, int si, int64_t kb, Precision p
     if (!first) {
       part.c_init = job.c; part.ld_init = job.ldc; part.alpha = 1.0f;
     }
+    if (!last) part.also = ScaledCopy{};
     for (int s = 0; s < job.segments; ++s) {
       if (s == si) {
         Segment block = big;
         block.a = big.a + k0;
         block.b = big.b + k0 * big.ldb;
         block.k = std::min(kb, big.k - k0);
+        if (!last) block.then = RowEpilogue{};
         part.seg[part.segments++] = block;
       } else if ((s < si && first) || (s > si && last)) {
         part.seg[part.segments++] = job.seg[s];
@@ -73,6 +77,9 @@ HWY_INLINE void GemmBlockedK(const GemmJob& job, int si, int64_t kb, Precision p
 // Works one column panel at a time: the panel of S (dk x 64 FP32 = 32 KiB
 // for dk = 128 on AVX-512) stays in L1 across its three products; a larger
 // one is read in row blocks (StateRowsPerBlock).
+// A = (I + L)^-1 multiplies after the state product, Vnew = A (Vb - diag(beta
+// e^G) K S), not before it as Kcd = A diag(beta e^G) K: the same multiply-adds
+// against S, and A's product with K (c x c x dk per value head) disappears.
 // prec: the three products in the plan's precision (the state stays FP32).
 // prefetch: lines to issue between the products' tiles (may be null).
 HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT state, int64_t n,
@@ -81,34 +88,47 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, flo
   const Panels sp(dk, L), rp(L.c, L);  // state panels; chunk-row panels
   const ChunkVectors cv(base + L.vec, cp);
   const float decay_last = n > 0 ? cv.eG[n - 1] : 1.0f;
+  const float* q = base + L.q;
+  const float* k = base + L.k;
   for (int64_t c0 = 0; c0 < L.w_pad; c0 = sp.Next(c0)) {
     const int64_t pw = sp.Width(c0), kb = StateRowsPerBlock(dk, pw);
     float* s = sp.Base(state, c0);
+    float* x = rp.Base(base + L.x, c0);
     float* vnew = rp.Base(base + L.vnew, c0);
+    float* vdec = rp.Base(base + L.vdec, c0);
 
-    // Vnew = A Vb - Kcd S   (U = A Vb fused with the subtraction).
+    // X = Vb - diag(beta e^G) K S.
+    GemmJob xj;
+    xj.rows = n; xj.cols = pw; xj.c = x; xj.ldc = pw;
+    xj.prefetch = prefetch;
+    xj.seg[0] = Segment{k, dk, s, pw, dk, false, true};
+    xj.seg[0].then = RowEpilogue{cv.beG, rp.Base(base + L.vb, c0), pw};
+    GemmBlockedK(xj, 0, kb, prec, L, base);
+
+    // Vnew = A X, and its copy with row i times e^(G_last - G_i) for the update.
     GemmJob vj;
-    vj.rows = n; vj.cols = pw; vj.c = vnew; vj.ldc = pw; vj.segments = 2;
+    vj.rows = n; vj.cols = pw; vj.c = vnew; vj.ldc = pw;
     vj.prefetch = prefetch;
-    vj.seg[0] = Segment{base + L.attn, cp, rp.Base(base + L.vb, c0), pw, n, true, false};
-    vj.seg[1] = Segment{base + L.kcd, dk, s, pw, dk, false, true};
-    GemmBlockedK(vj, 1, kb, prec, L, base);
+    vj.seg[0] = Segment{base + L.attn, cp, x, pw, n, true, false};
+    vj.also = ScaledCopy{vdec, pw, cv.eGl};
+    GemmPrec(vj, prec, L, base);
 
-    // O = scale diag(e^G) Q S + P Vnew   (scale and e^G folded into q and P).
+    // O = diag(scale e^G) Q S + P Vnew   (scale and e^G also folded into P).
     GemmJob oj;
     oj.rows = n; oj.cols = pw; oj.c = rp.Base(base + L.o, c0); oj.ldc = pw; oj.segments = 2;
     oj.prefetch = prefetch;
-    oj.seg[0] = Segment{base + L.qs, dk, s, pw, dk, false, false};
+    oj.seg[0] = Segment{q, dk, s, pw, dk, false, false};
+    oj.seg[0].then = RowEpilogue{cv.qg};
     oj.seg[1] = Segment{base + L.qk, cp, vnew, pw, n, true, false};
     GemmBlockedK(oj, 0, kb, prec, L, base);
 
-    // S = e^(G_last) S + (diag(e^(G_last - G)) K)^T Vnew, with the transposed
+    // S = e^(G_last) S + K^T diag(e^(G_last - G)) Vnew, with the transposed
     // operand read in place: A[r][i] = k[i][r].
     GemmJob sj;
     sj.rows = dk; sj.cols = pw; sj.c = s; sj.ldc = pw;
     sj.c_init = s; sj.ld_init = pw; sj.alpha = decay_last;
     sj.prefetch = prefetch;
-    sj.seg[0] = Segment{base + L.kl, 1, vnew, pw, n, false, false, dk};
+    sj.seg[0] = Segment{k, 1, vdec, pw, n, false, false, dk};
     GemmPrec(sj, prec, L, base);
   }
 }

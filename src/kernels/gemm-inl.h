@@ -1,6 +1,7 @@
 // Register-blocked FP32 micro-kernels: the CPU analogue of the seeds' Cube
 // Mmad (SPEC 9). Every product of the chunked step is one call of Gemm():
 //   C[i, :] = init(i) + sum over segments s of (+/-) sum_k A_s[i, k] * B_s[k, :]
+// with each segment's optional row scale (and addend) at its end.
 // vectorised along the columns of C. Each element is one FMA chain in a fixed
 // order (segments, then k ascending) whatever the blocking, so results do not
 // depend on the V tile width or the thread count (SPEC 5: bitwise identical).
@@ -29,6 +30,16 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
+// What a segment's chains become at its end, row i of C: acc = scale[i] * acc,
+// plus add[i][:] when add is set. A diagonal factor of A (e^G, beta of the
+// chunk's rows) then costs one multiply per element of C, not a scaled copy
+// of A written per value head (seeds 001 s.3 scale K and Q in UB instead).
+struct RowEpilogue {
+  const float* scale = nullptr;  // null: chains left as they are
+  const float* add = nullptr;    // null: nothing added
+  int64_t ld_add = 0;
+};
+
 // One A*B term. `lower` marks A lower-triangular including its diagonal
 // (A[i][k] == 0 for k > i): row i then reads only k <= i, so nothing from a
 // later token can reach an earlier row, not even as 0 * x (SPEC 4 step 3:
@@ -42,6 +53,14 @@ struct Segment {
   bool lower = false;
   bool negate = false;
   int64_t a_kstride = 1;
+  RowEpilogue then = {};  // applied after this segment's last multiply-add
+};
+
+// A second store of the result with row i times scale[i] (c null: none).
+struct ScaledCopy {
+  float* c = nullptr;
+  int64_t ldc = 0;
+  const float* scale = nullptr;
 };
 
 struct GemmJob {
@@ -59,6 +78,7 @@ struct GemmJob {
   bool lower_result = false;
   // Lines of the next chunk to issue between tiles (null: none).
   PrefetchQueue* prefetch = nullptr;
+  ScaledCopy also;
 
   // k over all segments: the multiply-adds per element of C.
   int64_t KSum() const {
@@ -166,6 +186,35 @@ HWY_INLINE void StoreTile(DF d, const VF (&acc)[R][NV], float* c, int64_t ldc, i
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) hn::Store(acc[r][v], d, c + (r0 + r) * ldc + c0 + v * N);
+}
+
+// A segment's RowEpilogue on the block's accumulators.
+template <int R, int NV>
+HWY_INLINE void ApplyRowEpilogue(DF d, const RowEpilogue& e, int64_t r0, int64_t c0, VF (&acc)[R][NV]) {
+  if (e.scale == nullptr) return;
+  const size_t N = hn::Lanes(d);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const VF s = hn::Set(d, e.scale[r0 + r]);
+    const float* add = e.add ? e.add + (r0 + r) * e.ld_add + c0 : nullptr;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[r][v] = add ? hn::MulAdd(s, acc[r][v], hn::Load(d, add + v * N)) : hn::Mul(s, acc[r][v]);
+  }
+}
+
+// Stores the block into C and, when the job asks for it, its scaled copy.
+template <int R, int NV>
+HWY_INLINE void StoreTiles(DF d, const VF (&acc)[R][NV], float* c, int64_t ldc, const ScaledCopy& also, int64_t r0,
+                           int64_t c0) {
+  StoreTile(d, acc, c, ldc, r0, c0);
+  if (also.c == nullptr) return;
+  const size_t N = hn::Lanes(d);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const VF s = hn::Set(d, also.scale[r0 + r]);
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) hn::Store(hn::Mul(s, acc[r][v]), d, also.c + (r0 + r) * also.ldc + c0 + v * N);
+  }
 }
 
 // C = the job's product (above). Defined once per target in gemm.cc.

@@ -62,8 +62,9 @@ HWY_INLINE void GemmTile(DF d, const GemmJob& job, int64_t r0, int64_t c0) {
     } else {
       AccumulateSegment<R, NV, false>(d, job.seg[s], r0, c0, acc);
     }
+    ApplyRowEpilogue(d, job.seg[s].then, r0, c0, acc);
   }
-  StoreTile(d, acc, job.c, job.ldc, r0, c0);
+  StoreTiles(d, acc, job.c, job.ldc, job.also, r0, c0);
 }
 
 // Columns [c0, c0 + NV vectors) for every row block. Column panels are the

@@ -112,8 +112,9 @@ HWY_INLINE void PackedTile(const PackedJob& job, int64_t r0, int64_t c0) {
     } else {
       AccumulatePacked<R, NV, false, false, false>(s, r0, c0, acc);
     }
+    ApplyRowEpilogue(d, s.then, r0, c0, acc);
   }
-  StoreTile(d, acc, job.c, job.ldc, r0, c0);
+  StoreTiles(d, acc, job.c, job.ldc, job.also, r0, c0);
 }
 
 template <int NV>

@@ -45,6 +45,7 @@ struct PackedSeg {
   int64_t kp = 0;
   bool lower = false;
   bool a_has_lo = false, b_has_lo = false;  // lo halves present and not all zero
+  RowEpilogue then = {};  // Segment::then, in FP32 on the accumulators
 };
 
 struct PackedJob {
@@ -58,6 +59,7 @@ struct PackedJob {
   int segments = 1;
   bool lower_result = false;
   bool lolo = false;  // kBf16x4: the lo*lo term too
+  ScaledCopy also;
 };
 
 namespace bf16_emu {
@@ -121,6 +123,7 @@ HWY_NOINLINE void GemmBf16(const GemmJob& job, Precision prec, uint32_t* HWY_RES
   pj.c_init = job.c_init; pj.ld_init = job.ld_init; pj.alpha = job.alpha;
   pj.segments = job.segments; pj.lower_result = job.lower_result;
   pj.lolo = prec == Precision::kBf16x4;
+  pj.also = job.also;
   const int64_t N = static_cast<int64_t>(hn::Lanes(DBF()));
   for (int si = 0; si < job.segments; ++si) {
     const Segment& s = job.seg[si];
@@ -132,6 +135,7 @@ HWY_NOINLINE void GemmBf16(const GemmJob& job, Precision prec, uint32_t* HWY_RES
     const uint32_t sign = s.negate ? 0x80008000u : 0u;
     ps.kp = (s.k + 1) / 2;
     ps.lower = s.lower;
+    ps.then = s.then;
     if (s.a_kstride == 1) {  // row-major A: pairs along its rows
       ps.a_has_lo = PackPairsAlongK(s.a, s.lda, job.rows, s.k, s.lower, ps.kp, a_hi, a_lo, sign);
       ps.a_ld = ps.kp;

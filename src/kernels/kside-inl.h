@@ -31,8 +31,11 @@ struct ChunkVectors {
   float* eG;     // exp(G_i)
   float* eGl;    // exp(G_last - G_i)
   float* D;      // one row of D_ij = G_i - G_j = g_(j+1) + ... + g_i, built row by row
+  float* beG;    // beta_i exp(G_i): the row factor of K S in X (ChunkVSide)
+  float* qg;     // scale exp(G_i): the row factor of Q S in O
   explicit ChunkVectors(float* vec, int64_t c_pad)
-      : beta(vec), g(vec + c_pad), G(vec + 2 * c_pad), eG(vec + 3 * c_pad), eGl(vec + 4 * c_pad), D(vec + 5 * c_pad) {}
+      : beta(vec), g(vec + c_pad), G(vec + 2 * c_pad), eG(vec + 3 * c_pad), eGl(vec + 4 * c_pad), D(vec + 5 * c_pad),
+        beG(vec + 6 * c_pad), qg(vec + 7 * c_pad) {}
 };
 
 // The 16x16 diagonal blocks by forward substitution on rows of 16 lanes:
@@ -236,7 +239,7 @@ HWY_INLINE void ScaleRows(const float* src, int64_t dk, int64_t n, const Factor&
 //
 // kDkPad: the Dk bucket (64, 80, 96, 128) as a compile-time trip count, or 0
 // for the generic path (SPEC 5, seeds' kSpecializedDk).
-// prec: K K^T, Q K^T and Kcd in the plan's precision (the inverse stays FP32).
+// prec: K K^T and Q K^T in the plan's precision (the inverse stays FP32).
 
 // Stage 1, per key head, from the n rows of q and k (normalised):
 //   kkt = K K^T, qkt = Q K^T (lower triangles incl. the diagonal).
@@ -267,20 +270,16 @@ HWY_INLINE void PrepareKeyHead(const ScratchLayout& L, float* HWY_RESTRICT base,
 }
 
 // Stage 2, per value head, from stage 1 and the vectors beta and g:
-//   kl   = diag(e^(G_last - G)) K       [c x dk_pad]   for the state update
 //   attn = A = (I + L)^-1              [c x c_pad]
-//   kcd  = A diag(e^G) Kb              [c x dk_pad]
 //   qk   = P = lower_incl((Q K^T) * e^(G_i - G_j)) * scale
-//   qs   = scale * diag(e^G) Q
+// and the row factors e^(G_last - G), beta e^G, scale e^G (ChunkVectors):
+// the V side applies them in its products' epilogues, to the key head's q
+// and k as they are, so nothing of size c x dk is written per value head.
 template <int kDkPad>
-HWY_INLINE void PrepareValueHead(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, float scale,
-                                 Precision prec = Precision::kFp32) {
+HWY_INLINE void PrepareValueHead(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, float scale) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t dk = kDkPad ? kDkPad : L.dk_pad, cp = L.c_pad;
-  const float* q = base + L.q;
-  const float* k = base + L.k;
-  float* kb = base + L.kb;
+  const int64_t cp = L.c_pad;
   float* attn = base + L.attn;
   ChunkVectors cv(base + L.vec, cp);
 
@@ -293,35 +292,20 @@ HWY_INLINE void PrepareValueHead(const ScratchLayout& L, float* HWY_RESTRICT bas
   }
   for (int64_t i = n; i < cp; ++i) cv.G[i] = 0.0f;  // finite padding for the vector exp
   for (int64_t c = 0; c < cp; c += N) hn::Store(hn::Exp(d, hn::Load(d, cv.G + c)), d, cv.eG + c);
+  for (int64_t i = 0; i < cp; ++i) {
+    cv.beG[i] = i < n ? cv.beta[i] * cv.eG[i] : 0.0f;
+    cv.qg[i] = cv.eG[i] * scale;
+  }
 
   // Step 3: L = strictly_lower((Kb K^T) * e^(G_i - G_j)); P likewise from Q
   // (step 5). Step 2 folded: Kb K^T = diag(beta) (K K^T), so beta scales rows
   // of L in the epilogue.
   ApplyDecayMasks(cv, n, cp, scale, base + L.kkt, base + L.qkt, attn, base + L.qk);
 
-  // The scaled rows of q and k, in one pass (e^(G_last - G) comes from step 3):
-  // kb = diag(beta e^G) K for step 4, and the operands of steps 6 and 7,
-  // qs = scale diag(e^G) Q and kl = diag(e^(G_last - G)) K.
-  for (int64_t i = 0; i < n; ++i) {
-    const auto fb = hn::Set(d, cv.beta[i] * cv.eG[i]), fq = hn::Set(d, cv.eG[i] * scale), fl = hn::Set(d, cv.eGl[i]);
-    const int64_t row = i * dk;
-    for (int64_t c = 0; c < dk; c += N) {
-      const auto kv = hn::Load(d, k + row + c);
-      hn::Store(hn::Mul(fb, kv), d, kb + row + c);
-      hn::Store(hn::Mul(fl, kv), d, base + L.kl + row + c);
-      hn::Store(hn::Mul(fq, hn::Load(d, q + row + c)), d, base + L.qs + row + c);
-    }
-  }
   const int64_t nb = RoundUp(n, 16);
   for (int64_t i = n; i < nb; ++i)
     for (int64_t j = 0; j < cp; ++j) attn[i * cp + j] = 0.0f;
   InvertUnitLower(attn, cp, nb, base + L.tmp);
-
-  // Step 4: Kcd = A diag(e^G) Kb.
-  GemmJob kcd;
-  kcd.rows = n; kcd.cols = dk; kcd.c = base + L.kcd; kcd.ldc = dk;
-  kcd.seg[0] = Segment{attn, cp, kb, dk, n, true, false};
-  GemmPrec(kcd, prec, L, base);
 }
 
 // Both stages for one item alone (the phase benchmarks).
@@ -329,7 +313,7 @@ template <int kDkPad>
 HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, float scale,
                              Precision prec = Precision::kFp32) {
   PrepareKeyHead<kDkPad>(L, base, n, prec);
-  PrepareValueHead<kDkPad>(L, base, n, scale, prec);
+  PrepareValueHead<kDkPad>(L, base, n, scale);
 }
 
 }  // namespace HWY_NAMESPACE

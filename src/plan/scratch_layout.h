@@ -32,17 +32,16 @@ struct ScratchLayout {
   int64_t kt = 0;       // [dk_pad][c_pad]   K^T (bf16 precision modes)
   int64_t kkt = 0;      // [c][c_pad]        K K^T (lower triangle incl. diagonal)
   int64_t qkt = 0;      // [c][c_pad]        Q K^T (lower triangle incl. diagonal)
-  // Per value head (shared by its V tiles):
-  int64_t qs = 0;       // [c][dk_pad]       scale * e^G * Q
-  int64_t kl = 0;       // [c][dk_pad]       e^(G_last - G) * K
-  int64_t kb = 0;       // [c][dk_pad]       diag(beta e^G) K
-  int64_t kcd = 0;      // [c][dk_pad]       A e^G Kb
+  // Per value head (shared by its V tiles); its row factors (e^G, beta, ...)
+  // are in vec and scale rows in the products' epilogues (RowEpilogue).
   int64_t attn = 0;     // [c][c_pad]        L, then A = (I+L)^-1
   int64_t qk = 0;       // [c][c_pad]        P = masked scaled decayed Q K^T
   int64_t tmp = 0;      // [c][c_pad]        blocked-inverse temporaries
   // V-side buffers below are column-panel major (see Panels in gemm-inl.h).
   int64_t vb = 0;       // [c][w_pad]        beta*V (V for C = 1)
-  int64_t vnew = 0;     // [c][w_pad]        Vnew = A Vb - Kcd S
+  int64_t x = 0;        // [c][w_pad]        X = Vb - diag(beta e^G) K S
+  int64_t vnew = 0;     // [c][w_pad]        Vnew = A X
+  int64_t vdec = 0;     // [c][w_pad]        diag(e^(G_last - G)) Vnew
   int64_t o = 0;        // [c][w_pad]        output rows of the tile
   int64_t vec = 0;      // [8][c_pad]        g, G, e^G, beta, e^(G_last-G), ...
   int64_t line = 0;     // [16][dk_pad]      state rows in transit (layout vk), a vector's worth
@@ -71,15 +70,13 @@ struct ScratchLayout {
     kt = take(dk_pad * c_pad);
     kkt = take(c * c_pad);
     qkt = take(c * c_pad);
-    qs = take(c * dk_pad);
-    kl = take(c * dk_pad);
-    kb = take(c * dk_pad);
-    kcd = take(c * dk_pad);
     attn = take(c * c_pad);
     qk = take(c * c_pad);
     tmp = take(c * c_pad);
     vb = take(c * w_pad);
+    x = take(c * w_pad);
     vnew = take(c * w_pad);
+    vdec = take(c * w_pad);
     o = take(c * w_pad);
     vec = take(8 * c_pad);
     line = take(kLaneMultiple * dk_pad);
