@@ -295,7 +295,7 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
   }
   if (!shared.value_head) {
     LoadHeadVectors(iv, L, base, t, n);
-    PrepareValueHead<kDkPad>(L, base, n, scale);
+    PrepareValueHead(L, base, n, scale);
   }
   LoadValueTile(iv, L, base, t, n, [&](int64_t i) { return cv.beta[i]; });  // Vb = diag(beta) V
   ChunkVSide(L, base, S, n, prec, prefetch);

@@ -36,6 +36,8 @@ struct ChunkVectors {
   explicit ChunkVectors(float* vec, int64_t c_pad)
       : beta(vec), g(vec + c_pad), G(vec + 2 * c_pad), eG(vec + 3 * c_pad), eGl(vec + 4 * c_pad), D(vec + 5 * c_pad),
         beG(vec + 6 * c_pad), qg(vec + 7 * c_pad) {}
+  static constexpr int64_t kCount = 8;  // vectors above
+  static_assert(kCount == kChunkVectors, "ScratchLayout::vec holds kChunkVectors vectors of c_pad floats");
 };
 
 // The 16x16 diagonal blocks by forward substitution on rows of 16 lanes:
@@ -275,7 +277,6 @@ HWY_INLINE void PrepareKeyHead(const ScratchLayout& L, float* HWY_RESTRICT base,
 // and the row factors e^(G_last - G), beta e^G, scale e^G (ChunkVectors):
 // the V side applies them in its products' epilogues, to the key head's q
 // and k as they are, so nothing of size c x dk is written per value head.
-template <int kDkPad>
 HWY_INLINE void PrepareValueHead(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, float scale) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -313,7 +314,7 @@ template <int kDkPad>
 HWY_INLINE void PrepareKSide(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, float scale,
                              Precision prec = Precision::kFp32) {
   PrepareKeyHead<kDkPad>(L, base, n, prec);
-  PrepareValueHead<kDkPad>(L, base, n, scale);
+  PrepareValueHead(L, base, n, scale);
 }
 
 }  // namespace HWY_NAMESPACE

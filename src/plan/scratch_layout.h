@@ -19,6 +19,8 @@ constexpr int64_t kMaxRowsPerStep = 128;  // the largest chunk (C = 128)
 // The widest V-side panel (Panels in kernels/gemm-inl.h): 4 vectors of 16
 // f32, or 5 where a lone vector of columns joins the last panel.
 constexpr int64_t kMaxPanelCols = 80;
+// Per-chunk vectors of c_pad floats in ScratchLayout::vec (kernels' ChunkVectors).
+constexpr int64_t kChunkVectors = 8;
 
 struct ScratchLayout {
   // Panel widths (floats): K side padded to dk_pad, V side to w_pad, chunk to c_pad.
@@ -43,7 +45,7 @@ struct ScratchLayout {
   int64_t vnew = 0;     // [c][w_pad]        Vnew = A X
   int64_t vdec = 0;     // [c][w_pad]        diag(e^(G_last - G)) Vnew
   int64_t o = 0;        // [c][w_pad]        output rows of the tile
-  int64_t vec = 0;      // [8][c_pad]        g, G, e^G, beta, e^(G_last-G), ...
+  int64_t vec = 0;      // [kChunkVectors][c_pad]  beta, g, G, e^G, e^(G_last-G), ... (ChunkVectors)
   int64_t line = 0;     // [16][dk_pad]      state rows in transit (layout vk), a vector's worth
   // bf16 precision modes only (empty for fp32): operands of one product packed
   // as bf16 pairs along k, hi and lo parts, for up to two segments.
@@ -78,7 +80,7 @@ struct ScratchLayout {
     vnew = take(c * w_pad);
     vdec = take(c * w_pad);
     o = take(c * w_pad);
-    vec = take(8 * c_pad);
+    vec = take(kChunkVectors * c_pad);
     line = take(kLaneMultiple * dk_pad);
     if (packed) {
       // Any operand of a product: rows, k and columns are each at most
