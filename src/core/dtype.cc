@@ -1,6 +1,5 @@
 #include "core/dtype.h"
 
-#include <cstring>
 
 namespace cgdr {
 
@@ -65,26 +64,6 @@ bool ParsePrecision(const std::string& s, Precision* out) {
     if (s == PrecisionName(p)) { *out = p; return true; }
   }
   return false;
-}
-
-void ConvertToF32(const void* src, DType t, int64_t n, float* dst) {
-  if (t == DType::kF32) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); return; }
-  const auto* h = static_cast<const uint16_t*>(src);
-  if (t == DType::kF16) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(h[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(h[i]);
-  }
-}
-
-void ConvertFromF32(const float* src, int64_t n, DType t, void* dst) {
-  if (t == DType::kF32) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); return; }
-  auto* h = static_cast<uint16_t*>(dst);
-  if (t == DType::kF16) {
-    for (int64_t i = 0; i < n; ++i) h[i] = F32ToF16(src[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) h[i] = F32ToBF16(src[i]);
-  }
 }
 
 }  // namespace cgdr

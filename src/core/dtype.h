@@ -74,9 +74,4 @@ inline void StoreFromF32(void* base, DType t, int64_t i, float v) {
   }
 }
 
-// Converts n contiguous elements to f32.
-void ConvertToF32(const void* src, DType t, int64_t n, float* dst);
-// Converts n f32 values to dtype t (round to nearest even).
-void ConvertFromF32(const float* src, int64_t n, DType t, void* dst);
-
 }  // namespace cgdr

@@ -47,7 +47,7 @@ void WarnIfBusy(const char* cmd) {
 }
 
 // The thread count Options::threads = 0 resolves to (core/threads.h).
-int HardwareThreads() { return ResolveThreadCount(0); }
+int DefaultThreads() { return ResolveThreadCount(0); }
 
 // ---------------------------------------------------------------- rows
 
@@ -569,7 +569,7 @@ Status ParseBenchFlags(int argc, char** argv, BenchConfig* cfg, bool* help) {
   *help = a.Has("--help");
   int64_t t = 0, threads = 0, reps = 0;
   if (s = a.Int("--t", 1, int64_t{1} << 24, 0, &t); !s.ok()) return s;
-  if (s = a.Int("--threads", 1, 4096, HardwareThreads(), &threads); !s.ok()) return s;
+  if (s = a.Int("--threads", 1, 4096, DefaultThreads(), &threads); !s.ok()) return s;
   if (s = a.Int("--reps", 1, 100000, 0, &reps); !s.ok()) return s;
   cfg->t_override = t;
   cfg->threads = static_cast<int>(threads);
