@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end tests of the `cgdr` binary (SPEC 3 and 7): usage, run + FP64
 # check, layouts and dtypes, bad inputs (exit 2, one stderr line, no output
-# file), plan, demo. Bash and coreutils only.
+# file), plan, the planner's profile, demo. Bash and coreutils only.
 #
-#   cli_test.sh PATH/TO/cgdr [usage|run_and_check|layouts_and_dtypes|bad_inputs|plan|demo|all]
+#   cli_test.sh PATH/TO/cgdr [usage|run_and_check|layouts_and_dtypes|bad_inputs|plan|profile|demo|all]
 set -euo pipefail
 
 CGDR=${1:?usage: cli_test.sh PATH/TO/cgdr [section]}
@@ -206,6 +206,36 @@ section_plan() {
   expect_error "plan missing --t" "needs --t" "$CGDR" plan --nk 1 --nv 1 --dk 16 --dv 16
 }
 
+# The planner's profile (`cgdr tune`, $CGDR_PROFILE): the precision modes'
+# cost moves the plan's pick to C = 1 (FP32 products) where the chunked
+# products are slower; a profile saying they cost as much keeps C = 16; a
+# broken one falls back to the built-in defaults; tune writes one plan reads.
+section_profile() {
+  local flagship="plan --t 8192 --nk 16 --nv 32 --dk 128 --dv 128 --threads 2"
+  export CGDR_PROFILE="$W/absent.json"
+  expect_ok "plan fp32" "$CGDR" $flagship
+  for word in "chunk=16" "profile: built-in defaults"; do expect_stdout_has "plan fp32" "$word"; done
+  expect_ok "plan bf16x3" "$CGDR" $flagship --precision bf16x3
+  for word in "chunk=1 " "cost 6.1x fp32's" "C=1 keeps FP32 products"; do expect_stdout_has "plan bf16x3" "$word"; done
+  expect_ok "plan bf16x3 forced" "$CGDR" $flagship --precision bf16x3 --algo chunk16
+  for word in "chunk=16" "C=16 forced" "bf16 pair products"; do expect_stdout_has "plan bf16x3 forced" "$word"; done
+
+  local costs='"state_fma_cost": [2.2, 1, 1, 1], "inchunk_fma_cost": [0, 1, 1.5, 1]'
+  echo "{$costs, \"precision_cost\": [1, 1, 1, 1]}" >"$W/even.json"
+  CGDR_PROFILE="$W/even.json" expect_ok "plan even profile" "$CGDR" $flagship --precision bf16x3
+  for word in "chunk=16" "profile: $W/even.json"; do expect_stdout_has "plan even profile" "$word"; done
+  echo "{$costs, \"precision_cost\": [1, -2, 1, 1]}" >"$W/broken.json"
+  CGDR_PROFILE="$W/broken.json" expect_ok "plan broken profile" "$CGDR" $flagship --precision bf16x3
+  for word in "chunk=1 " "profile: built-in defaults"; do expect_stdout_has "plan broken profile" "$word"; done
+
+  expect_ok "tune" "$CGDR" tune --quick --out "$W/tuned.json"
+  for word in "precision_cost" "wrote $W/tuned.json"; do expect_stdout_has "tune" "$word"; done
+  grep -q '"precision_cost"' "$W/tuned.json" || fail "tune: no precision_cost in $W/tuned.json"
+  CGDR_PROFILE="$W/tuned.json" expect_ok "plan tuned profile" "$CGDR" $flagship --precision bf16
+  expect_stdout_has "plan tuned profile" "profile: $W/tuned.json"
+  unset CGDR_PROFILE
+}
+
 # The demo at a short length: writes its files to --dir, times, checks, passes.
 section_demo() {
   expect_ok "demo" "$CGDR" demo --t 300 --dir "$W"
@@ -214,7 +244,7 @@ section_demo() {
   expect_ok "check demo result" "$CGDR" check --input "$W/demo_case.safetensors" --result "$W/demo_result.safetensors" --heads 0,31
 }
 
-SECTIONS="usage run_and_check layouts_and_dtypes bad_inputs plan demo"
+SECTIONS="usage run_and_check layouts_and_dtypes bad_inputs plan profile demo"
 case " $SECTIONS all " in
   *" $SECTION "*) ;;
   *) fail "unknown section '$SECTION' (one of: $SECTIONS all)" ;;

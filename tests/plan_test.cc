@@ -213,6 +213,36 @@ TEST(Plan, EmptySequencesCostItemsOnlyForAFinalState) {
   EXPECT_EQ(static_cast<int64_t>(plan.items.size()), 5 * 4 * plan.v_tiles);
 }
 
+// MachineProfile::precision_cost scales the chunked formulations' products
+// only (C = 1 keeps FP32 products): a mode whose products cost 6x fp32's makes
+// the recurrence the cheapest, one that costs the same keeps fp32's pick, and
+// a forced formulation stays forced.
+TEST(Plan, PrecisionCostMovesThePickToTheRecurrence) {
+  const auto chunk_for = [](Precision prec, Algo algo, const MachineProfile& prof) {
+    Problem p = MakeProblem({8192}, 16, 32, 128, 128, 2, algo);
+    p.options.precision = prec;
+    Plan plan;
+    EXPECT_TRUE(MakePlan(p, prof, &plan).ok());
+    EXPECT_EQ(plan.precision, prec);
+    return plan.chunk;
+  };
+  MachineProfile slow_bf16;
+  slow_bf16.precision_cost[static_cast<int>(Precision::kBf16x3)] = 6.0;
+  MachineProfile even;
+  for (double& c : even.precision_cost) c = 1.0;
+  EXPECT_EQ(chunk_for(Precision::kFp32, Algo::kAuto, slow_bf16), 16);
+  EXPECT_EQ(chunk_for(Precision::kBf16x3, Algo::kAuto, slow_bf16), 1);
+  EXPECT_EQ(chunk_for(Precision::kBf16x3, Algo::kChunk16, slow_bf16), 16);
+  EXPECT_EQ(chunk_for(Precision::kBf16x3, Algo::kAuto, even), 16);
+  // The model itself: C = 1's cost does not depend on the mode, C = 16's scales.
+  const double c1 = ModelCost(slow_bf16, 1, 4096, 128, 128, Precision::kBf16x3);
+  EXPECT_EQ(c1, ModelCost(slow_bf16, 1, 4096, 128, 128, Precision::kFp32));
+  const double c16_fp32 = ModelCost(slow_bf16, 16, 4096, 128, 128, Precision::kFp32);
+  const double c16_x3 = ModelCost(slow_bf16, 16, 4096, 128, 128, Precision::kBf16x3);
+  EXPECT_GT(c16_x3, 5.0 * c16_fp32);
+  EXPECT_LT(c16_x3, 6.0 * c16_fp32);  // the per-chunk fixed cost is not scaled
+}
+
 TEST(Plan, PrintsChoicesAndReasons) {
   Plan plan;
   ASSERT_TRUE(MakePlan(MakeProblem({8192}, 16, 32, 128, 128, 2), MachineProfile{}, &plan).ok());

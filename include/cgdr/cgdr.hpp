@@ -47,6 +47,9 @@ bool ParseAlgo(const std::string& s, Algo* out);
 // rounded to bf16 (nearest even), FP32 accumulation. kBf16x3 / kBf16x4: every
 // operand split x = hi + lo (both bf16), hi*hi + hi*lo + lo*hi (+ lo*lo)
 // accumulated in FP32. The state stays FP32 between chunks in every mode.
+// The recurrence (C = 1) keeps FP32 products in every mode; with kAuto the
+// plan picks it where the mode's chunked products would be slower
+// (MachineProfile::precision_cost). Force a chunked Algo for the mode's products.
 enum class Precision : uint8_t { kFp32 = 0, kBf16 = 1, kBf16x3 = 2, kBf16x4 = 3 };
 const char* PrecisionName(Precision p);  // "fp32", "bf16", "bf16x3", "bf16x4"
 bool ParsePrecision(const std::string& s, Precision* out);

@@ -34,17 +34,28 @@ struct MachineProfile {
   // transposes, decay masks, calls), in FMA units: makes C = 1 win for very
   // short sequences.
   double chunk_fixed_cost = 1e5;
+  // Cost of the chunked formulations' products in each precision mode
+  // relative to fp32 (index: Precision). The recurrence (C = 1) keeps FP32
+  // products in every mode, so a slow mode can make it the cheapest. Measured
+  // here (`cgdr bench --precision all`, flagship, C = 16, f16 inputs):
+  // vdpbf16ps retires at a quarter of the FMA instruction rate, and the
+  // operands are packed per product, so bf16 costs 2.6x, bf16x3 6.1x and
+  // bf16x4 7.5x fp32's time (bf16 inputs, whose q and k are not split: 2.4x,
+  // 4.2x, 4.3x), while C = 1 runs at ~1/1.5 of C = 16's fp32 speed.
+  double precision_cost[4] = {1.0, 2.6, 6.1, 7.5};
   std::string source = "built-in defaults";
 };
 
 // The cost model of one sequence of `len` tokens and one value head, in FMA
-// units: cost = state * state_fma_cost[i] + inchunk * inchunk_fma_cost[i] + fixed.
+// units: cost = (state * state_fma_cost[i] + inchunk * inchunk_fma_cost[i]) *
+// precision_cost[prec] + fixed, where precision_cost applies to C > 1 only.
 // The planner and `cgdr tune` (which fits the two constants) share it.
 struct CostTerms {
   double state = 0.0, inchunk = 0.0, fixed = 0.0;
 };
 CostTerms ModelTerms(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv);
-double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv);
+double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv,
+                 Precision prec = Precision::kFp32);
 int ProfileIndex(int chunk);  // 0: recurrent, 1: C = 16, 2: C = 32, 3: C = 64 (and 128)
 
 // One unit of work: value head `head` of sequence `seq`, V columns

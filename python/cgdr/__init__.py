@@ -121,6 +121,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
 
     precision: "fp32" (default), "bf16" (products on bf16-rounded operands,
     FP32 accumulation), "bf16x3"/"bf16x4" (compensated hi/lo bf16 products).
+    They apply to the chunked formulations; with algo="auto" the plan picks
+    the recurrence (FP32 products) where the mode's products are slower, so
+    pass algo="chunk16" (or 32, 64) for the mode's own numerics.
     """
     kind = _t.common_kind(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state)
     _t.check_rank("q", q, 4, "[B, T, H, K]")

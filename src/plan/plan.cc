@@ -61,10 +61,11 @@ CostTerms ModelTerms(const MachineProfile& prof, int chunk, int64_t len, int64_t
   return t;
 }
 
-double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv) {
+double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv, Precision prec) {
   const int i = ProfileIndex(chunk);
   const CostTerms t = ModelTerms(prof, chunk, len, dk_pad, dv);
-  return t.state * prof.state_fma_cost[i] + t.inchunk * prof.inchunk_fma_cost[i] + t.fixed;
+  const double products = chunk == 1 ? 1.0 : prof.precision_cost[static_cast<int>(prec)];
+  return (t.state * prof.state_fma_cost[i] + t.inchunk * prof.inchunk_fma_cost[i]) * products + t.fixed;
 }
 
 namespace {
@@ -145,14 +146,19 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
     std::string costs;
     for (int c : {64, 32, 16, 1}) {
       double cost = 0.0;
-      for (int64_t len : p.seq_lens) cost += ModelCost(prof, c, len, out.dk_padded, p.Dv);
+      for (int64_t len : p.seq_lens) cost += ModelCost(prof, c, len, out.dk_padded, p.Dv, p.options.precision);
       costs += (c == 64 ? "C" : " C") + std::to_string(c) + "=" + ShortNumber(cost);
       if (c == 64 || cost < best) {
         best = cost;
         out.chunk = c;
       }
     }
-    why << "C=" << out.chunk << " cheapest by model (" << costs << "; profile: " << prof.source << "); ";
+    why << "C=" << out.chunk << " cheapest by model (" << costs;
+    if (p.options.precision != Precision::kFp32) {
+      why << "; C>1 products in " << PrecisionName(p.options.precision) << " cost "
+          << ShortNumber(prof.precision_cost[static_cast<int>(p.options.precision)]) << "x fp32's";
+    }
+    why << "; profile: " << prof.source << "); ";
   }
 
   // V tile width: all of Dv if it fits the cache budget; narrower tiles only

@@ -1,6 +1,7 @@
 // The calibration profile the planner's cost model reads (issue 5): built-in
 // defaults, overridden by a JSON file written by `cgdr tune`. Loaded once
 // (function-local static: thread-safe initialisation), never mutated after.
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 
@@ -38,6 +39,13 @@ MachineProfile LoadProfile() {
       read.state_fma_cost[i] = sc.at(i).get<double>();
       read.inchunk_fma_cost[i] = ic.at(i).get<double>();
       if (!(read.state_fma_cost[i] > 0.0) || !(read.inchunk_fma_cost[i] >= 0.0)) return prof;
+    }
+    if (j.contains("precision_cost")) {  // optional: profiles from before the precision modes lack it
+      const auto& pc = j.at("precision_cost");
+      for (int i = 0; i < 4; ++i) {
+        read.precision_cost[i] = pc.at(i).get<double>();
+        if (!(read.precision_cost[i] > 0.0) || !std::isfinite(read.precision_cost[i])) return prof;
+      }
     }
     if (read.cache_budget_bytes < (64 << 10)) return prof;
     read.source = path;

@@ -636,7 +636,10 @@ Status WriteJson(const std::string& path, const Json& j) {
 
 // --precision all: the flagship with f16 and with bf16 inputs, each precision
 // mode timed, and the normwise error of out and final_state of value head
-// Nv/2 against the FP64 reference.
+// Nv/2 against the FP64 reference. Every mode runs fp32's chunked formulation
+// (forced), so the table compares the modes' products; the plan's own pick
+// per mode (which may be C = 1, FP32 products: MachineProfile::precision_cost)
+// is printed after it.
 Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowResult>* results) {
   const int64_t T = cfg.t_override > 0 ? cfg.t_override : (cfg.quick ? 2048 : 8192);
   std::printf("precision modes, flagship T=%lld (%d threads); errors of value head 16 vs FP64; %%peak of the "
@@ -664,8 +667,16 @@ Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowR
     ReferenceResult ref;
     ReferenceRun(in, p, &ref, {h});
     double fp32_s = 0.0;
+    Plan fp32_plan;
+    if (Status s = PlanFor(in, out, opt, &fp32_plan); !s.ok()) return s;
+    std::string auto_picks;
     for (Precision prec : {Precision::kFp32, Precision::kBf16, Precision::kBf16x3, Precision::kBf16x4}) {
       opt.precision = prec;
+      opt.algo = Algo::kAuto;
+      Plan auto_plan;
+      if (Status s = PlanFor(in, out, opt, &auto_plan); !s.ok()) return s;
+      auto_picks += std::string(auto_picks.empty() ? "" : ", ") + PrecisionName(prec) + " " + PlanAlgoName(auto_plan.chunk);
+      opt.algo = static_cast<Algo>(fp32_plan.chunk);
       Plan plan;
       if (Status s = PlanFor(in, out, opt, &plan); !s.ok()) return s;
       Timing t;
@@ -673,6 +684,7 @@ Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowR
       RowResult r;
       r.spec = Flagship(T, std::string("qwen3-next-") + DTypeName(dt) + "-" + PrecisionName(prec), "precision");
       r.precision = prec;
+      r.requested = opt.algo;
       r.threads = opt.threads;
       r.chunk = plan.chunk;
       r.v_step = plan.v_step;
@@ -684,7 +696,7 @@ Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowR
       if (prec == Precision::kFp32) fp32_s = t.median_s;
       const double speedup = fp32_s / t.median_s;
       std::printf("%-6s %-7s %-10s %9.3f %8.1f %6.1f %6.2fx %10.2e %10.2e %10.2e %10.2e\n", DTypeName(dt),
-                  PrecisionName(prec), PlanAlgoName(plan.chunk).c_str(), t.median_s * 1e3, r.gflops, r.pct_peak,
+                  PrecisionName(prec), (PlanAlgoName(plan.chunk) + "!").c_str(), t.median_s * 1e3, r.gflops, r.pct_peak,
                   speedup, r.rel_err, err_state, r.rounding_err, round_state);
       std::fflush(stdout);
       r.extra["dtype"] = DTypeName(dt);
@@ -693,8 +705,10 @@ Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowR
       r.extra["ref_rounding_err_state"] = round_state;
       r.extra["speedup_vs_fp32"] = speedup;
       r.extra["bf16_hardware"] = Bf16HardwareEnabled() && ActiveTarget() == "AVX3";
+      r.extra["auto_chunk"] = auto_plan.chunk;
       results->push_back(std::move(r));
     }
+    std::printf("  -> %s inputs, the plan's own pick (--algo auto) per mode: %s\n", DTypeName(dt), auto_picks.c_str());
   }
   return Status::Ok();
 }
@@ -885,6 +899,31 @@ Status MeasureShape(int threads, double min_s, TunePoint (&pts)[4], int (&chunks
   return Status::Ok();
 }
 
+// The chunked products in each precision mode against fp32
+// (MachineProfile::precision_cost): the flagship's head shape with C = 16
+// forced, the modes timed in turn.
+Status MeasurePrecisionCost(int threads, int64_t T, double min_s, double (&cost)[4]) {
+  CaseSpec s;
+  s.Nk = s.Nv = 2 * threads;
+  s.Dk = s.Dv = 128;
+  s.lens = {static_cast<int32_t>(T)};
+  s.dtype = kBenchDType;
+  s.state_dtype = kBenchDType;
+  Case c = MakeCase(s);
+  std::vector<Options> opts;
+  for (Precision prec : {Precision::kFp32, Precision::kBf16, Precision::kBf16x3, Precision::kBf16x4}) {
+    Options opt = c.options();
+    opt.algo = Algo::kChunk16;
+    opt.threads = threads;
+    opt.precision = prec;
+    opts.push_back(opt);
+  }
+  std::vector<Timing> t;
+  if (Status st = TimeRunsInTurn(c.inputs(), c.outputs(), opts, 0, min_s, &t); !st.ok()) return st;
+  for (int i = 0; i < 4; ++i) cost[i] = t[i].median_s / t[0].median_s;
+  return Status::Ok();
+}
+
 std::string DefaultProfilePath() {
   const char* home = std::getenv("HOME");
   return std::string(home ? home : ".") + "/.cache/cgdr/profile.json";
@@ -920,7 +959,8 @@ Status WriteAtomically(const std::string& path, const std::string& text) {
 const char* kTuneUsage =
     "usage: cgdr tune [--out FILE] [--threads N (default 1)] [--quick]\n"
     "  times recurrent/chunk16/chunk32/chunk64 on a few head shapes and fits the planner's\n"
-    "  cost constants; writes them to FILE (default $HOME/.cache/cgdr/profile.json)\n";
+    "  cost constants, and chunk16 in each precision mode against fp32; writes them to FILE\n"
+    "  (default $HOME/.cache/cgdr/profile.json)\n";
 
 }  // namespace
 
@@ -1011,9 +1051,18 @@ int TuneMain(int argc, char** argv) {
                 misranked, shapes.size());
   }
 
+  double precision_cost[4];
+  if (s = MeasurePrecisionCost(threads, T, quick ? 0.05 : 0.25, precision_cost); !s.ok()) {
+    return cli::ReportError(Status(s.code(), "tune precision modes: " + s.message()));
+  }
+  std::printf("\nchunk16 products against fp32 (Dk=Dv=128): bf16 %.2fx, bf16x3 %.2fx, bf16x4 %.2fx the time "
+              "(precision_cost; C = 1 keeps FP32 products)\n",
+              precision_cost[1], precision_cost[2], precision_cost[3]);
+
   const Json profile = {{"cache_budget_bytes", CacheBudgetBytes()},
                         {"state_fma_cost", {state_cost[0], state_cost[1], state_cost[2], state_cost[3]}},
                         {"inchunk_fma_cost", {inchunk_cost[0], inchunk_cost[1], inchunk_cost[2], inchunk_cost[3]}},
+                        {"precision_cost", {1.0, precision_cost[1], precision_cost[2], precision_cost[3]}},
                         {"created_by", "cgdr tune"},
                         {"target", ActiveTarget()},
                         {"threads", threads},
