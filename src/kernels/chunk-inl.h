@@ -54,7 +54,10 @@ HWY_INLINE void GemmBlockedK(const GemmJob& job, int si, int64_t kb, Precision p
     if (!first) {
       part.c_init = job.c; part.ld_init = job.ldc; part.alpha = 1.0f;
     }
-    if (!last) part.also = ScaledCopy{};
+    if (!last) {  // the chains continue from C: only the last block stores elsewhere
+      part.also = ScaledCopy{};
+      part.out_rows = TensorRows{};
+    }
     for (int s = 0; s < job.segments; ++s) {
       if (s == si) {
         Segment block = big;
@@ -71,9 +74,28 @@ HWY_INLINE void GemmBlockedK(const GemmJob& job, int si, int64_t kb, Precision p
   }
 }
 
-// Expects the K side's results (PrepareKeyHead, PrepareValueHead) and
-// vb = diag(beta) V for the chunk's n rows.
-// Leaves the chunk's output rows in o and the updated state in state.
+// The caller's V and out rows of one item and chunk (row 0 at the item's first
+// column). A column panel lying wholly inside the item's `width` columns
+// reads V in X's epilogue and stores its output rows from O's tiles, rounded
+// to out's dtype: no conversion passes through scratch, and the lines of V
+// and out are touched between the products' tiles. Panels past `width`
+// (padding of a narrow tile) go through the vb and o scratch panels
+// (LoadValueTile, StoreOutputRows). width 0: every panel does.
+struct ChunkTensors {
+  TensorRows v, out;
+  int64_t width = 0;
+  bool Direct(int64_t c0, int64_t pw) const { return c0 + pw <= width; }
+  static TensorRows Columns(const TensorRows& rows, int64_t c0) {
+    TensorRows r = rows;
+    r.at = static_cast<uint8_t*>(rows.at) + c0 * static_cast<int64_t>(DTypeSize(rows.dtype));
+    return r;
+  }
+};
+
+// Expects the K side's results (PrepareKeyHead, PrepareValueHead) and, for
+// panels not io.Direct, vb = diag(beta) V for the chunk's n rows.
+// Leaves the chunk's output rows in out (io.Direct panels) or o, and the
+// updated state in state.
 // Works one column panel at a time: the panel of S (dk x 64 FP32 = 32 KiB
 // for dk = 128 on AVX-512) stays in L1 across its three products; a larger
 // one is read in row blocks (StateRowsPerBlock).
@@ -83,7 +105,8 @@ HWY_INLINE void GemmBlockedK(const GemmJob& job, int si, int64_t kb, Precision p
 // prec: the three products in the plan's precision (the state stays FP32).
 // prefetch: lines to issue between the products' tiles (may be null).
 HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT state, int64_t n,
-                           Precision prec = Precision::kFp32, PrefetchQueue* prefetch = nullptr) {
+                           Precision prec = Precision::kFp32, PrefetchQueue* prefetch = nullptr,
+                           const ChunkTensors& io = ChunkTensors{}) {
   const int64_t dk = L.dk_pad, cp = L.c_pad;
   const Panels sp(dk, L), rp(L.c, L);  // state panels; chunk-row panels
   const ChunkVectors cv(base + L.vec, cp);
@@ -96,13 +119,18 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, flo
     float* x = rp.Base(base + L.x, c0);
     float* vnew = rp.Base(base + L.vnew, c0);
     float* vdec = rp.Base(base + L.vdec, c0);
+    const bool direct = io.Direct(c0, pw);
 
     // X = Vb - diag(beta e^G) K S.
     GemmJob xj;
     xj.rows = n; xj.cols = pw; xj.c = x; xj.ldc = pw;
     xj.prefetch = prefetch;
     xj.seg[0] = Segment{k, dk, s, pw, dk, false, true};
-    xj.seg[0].then = RowEpilogue{cv.beG, rp.Base(base + L.vb, c0), pw};
+    if (direct) {
+      xj.seg[0].then = RowEpilogue{cv.beG, nullptr, 0, ChunkTensors::Columns(io.v, c0), cv.beta};
+    } else {
+      xj.seg[0].then = RowEpilogue{cv.beG, rp.Base(base + L.vb, c0), pw};
+    }
     GemmBlockedK(xj, 0, kb, prec, L, base);
 
     // Vnew = A X, and its copy with row i times e^(G_last - G_i) for the update.
@@ -120,6 +148,7 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, flo
     oj.seg[0] = Segment{q, dk, s, pw, dk, false, false};
     oj.seg[0].then = RowEpilogue{cv.qg};
     oj.seg[1] = Segment{base + L.qk, cp, vnew, pw, n, true, false};
+    if (direct) oj.out_rows = ChunkTensors::Columns(io.out, c0);
     GemmBlockedK(oj, 0, kb, prec, L, base);
 
     // S = e^(G_last) S + K^T diag(e^(G_last - G)) Vnew, with the transposed

@@ -18,7 +18,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cgdr/cgdr.hpp"
 #include "hwy/highway.h"
+#include "kernels/load-inl.h"
 #include "kernels/prefetch.h"
 #include "plan/scratch_layout.h"
 
@@ -30,14 +32,28 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
+// Rows of a caller's tensor in its own dtype (f32, f16, bf16): row i of the
+// product's C at at + i * stride bytes, C's column 0 at at. Every column of
+// C must lie inside the row (a whole panel of the item's V tile).
+struct TensorRows {
+  void* at = nullptr;  // null: none
+  int64_t stride = 0;  // bytes
+  DType dtype = DType::kF32;
+};
+
 // What a segment's chains become at its end, row i of C: acc = scale[i] * acc,
-// plus add[i][:] when add is set. A diagonal factor of A (e^G, beta of the
-// chunk's rows) then costs one multiply per element of C, not a scaled copy
-// of A written per value head (seeds 001 s.3 scale K and Q in UB instead).
+// plus add[i][:] when add is set, or plus add_scale[i] * (row i of add_rows
+// as f32) when add_rows is. A diagonal factor of A (e^G, beta of the chunk's
+// rows) then costs one multiply per element of C, not a scaled copy of A
+// written per value head (seeds 001 s.3 scale K and Q in UB instead); and V
+// is read from the caller's tensor by the tile that needs it (X's epilogue),
+// not converted into scratch in a pass of its own.
 struct RowEpilogue {
   const float* scale = nullptr;  // null: chains left as they are
   const float* add = nullptr;    // null: nothing added
   int64_t ld_add = 0;
+  TensorRows add_rows = {};      // instead of add: converted rows ...
+  const float* add_scale = nullptr;  // ... times add_scale[i] (the one Mul of Vb = diag(beta) V)
 };
 
 // One A*B term. `lower` marks A lower-triangular including its diagonal
@@ -57,6 +73,7 @@ struct Segment {
 };
 
 // A second store of the result with row i times scale[i] (c null: none).
+// (GemmJob::out_rows, by contrast, replaces the store into c.)
 struct ScaledCopy {
   float* c = nullptr;
   int64_t ldc = 0;
@@ -79,6 +96,9 @@ struct GemmJob {
   // Lines of the next chunk to issue between tiles (null: none).
   PrefetchQueue* prefetch = nullptr;
   ScaledCopy also;
+  // Set: C is stored into these rows, rounded to their dtype (the output
+  // rows of O, straight into `out`), and c is not written.
+  TensorRows out_rows;
 
   // k over all segments: the multiply-adds per element of C.
   int64_t KSum() const {
@@ -188,10 +208,31 @@ HWY_INLINE void StoreTile(DF d, const VF (&acc)[R][NV], float* c, int64_t ldc, i
     for (int v = 0; v < NV; ++v) hn::Store(acc[r][v], d, c + (r0 + r) * ldc + c0 + v * N);
 }
 
+// acc = scale[i] * acc + add_scale[i] * (row i of rows as f32), the row read
+// in its dtype kT.
+template <DType kT, int R, int NV>
+HWY_INLINE void AddScaledRows(DF d, const RowEpilogue& e, int64_t r0, int64_t c0, VF (&acc)[R][NV]) {
+  const size_t N = hn::Lanes(d);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const VF s = hn::Set(d, e.scale[r0 + r]);
+    const VF f = hn::Set(d, e.add_scale[r0 + r]);
+    const void* row = static_cast<const uint8_t*>(e.add_rows.at) + (r0 + r) * e.add_rows.stride;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      acc[r][v] = hn::MulAdd(s, acc[r][v], hn::Mul(f, LoadVectorAs<kT>(d, row, c0 + static_cast<int64_t>(v * N))));
+    }
+  }
+}
+
 // A segment's RowEpilogue on the block's accumulators.
 template <int R, int NV>
 HWY_INLINE void ApplyRowEpilogue(DF d, const RowEpilogue& e, int64_t r0, int64_t c0, VF (&acc)[R][NV]) {
   if (e.scale == nullptr) return;
+  if (e.add_rows.at) {
+    ForDType(e.add_rows.dtype, [&](auto tag) { AddScaledRows<decltype(tag)::value>(d, e, r0, c0, acc); });
+    return;
+  }
   const size_t N = hn::Lanes(d);
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
@@ -202,11 +243,29 @@ HWY_INLINE void ApplyRowEpilogue(DF d, const RowEpilogue& e, int64_t r0, int64_t
   }
 }
 
-// Stores the block into C and, when the job asks for it, its scaled copy.
-template <int R, int NV>
-HWY_INLINE void StoreTiles(DF d, const VF (&acc)[R][NV], float* c, int64_t ldc, const ScaledCopy& also, int64_t r0,
-                           int64_t c0) {
-  StoreTile(d, acc, c, ldc, r0, c0);
+// The block stored into rows of kT (round to nearest even).
+template <DType kT, int R, int NV>
+HWY_INLINE void StoreTileAs(DF d, const VF (&acc)[R][NV], const TensorRows& rows, int64_t r0, int64_t c0) {
+  const size_t N = hn::Lanes(d);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    void* row = static_cast<uint8_t*>(rows.at) + (r0 + r) * rows.stride;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) StoreVectorAs<kT>(d, acc[r][v], row, c0 + static_cast<int64_t>(v * N));
+  }
+}
+
+// Stores the block into C (or the job's out_rows) and, when the job asks for
+// it, its scaled copy.
+// (GemmJob, or the bf16 kernels' PackedJob: the same fields.)
+template <int R, int NV, class Job>
+HWY_INLINE void StoreTiles(DF d, const VF (&acc)[R][NV], const Job& job, int64_t r0, int64_t c0) {
+  if (job.out_rows.at) {
+    ForDType(job.out_rows.dtype, [&](auto tag) { StoreTileAs<decltype(tag)::value>(d, acc, job.out_rows, r0, c0); });
+  } else {
+    StoreTile(d, acc, job.c, job.ldc, r0, c0);
+  }
+  const ScaledCopy& also = job.also;
   if (also.c == nullptr) return;
   const size_t N = hn::Lanes(d);
 #pragma GCC unroll 16

@@ -64,7 +64,7 @@ HWY_INLINE void GemmTile(DF d, const GemmJob& job, int64_t r0, int64_t c0) {
     }
     ApplyRowEpilogue(d, job.seg[s].then, r0, c0, acc);
   }
-  StoreTiles(d, acc, job.c, job.ldc, job.also, r0, c0);
+  StoreTiles(d, acc, job, r0, c0);
 }
 
 // Columns [c0, c0 + NV vectors) for every row block. Column panels are the

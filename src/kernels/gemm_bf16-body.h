@@ -114,7 +114,7 @@ HWY_INLINE void PackedTile(const PackedJob& job, int64_t r0, int64_t c0) {
     }
     ApplyRowEpilogue(d, s.then, r0, c0, acc);
   }
-  StoreTiles(d, acc, job.c, job.ldc, job.also, r0, c0);
+  StoreTiles(d, acc, job, r0, c0);
 }
 
 template <int NV>

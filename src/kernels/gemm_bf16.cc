@@ -60,6 +60,7 @@ struct PackedJob {
   bool lower_result = false;
   bool lolo = false;  // kBf16x4: the lo*lo term too
   ScaledCopy also;
+  TensorRows out_rows;
 };
 
 namespace bf16_emu {
@@ -124,6 +125,7 @@ HWY_NOINLINE void GemmBf16(const GemmJob& job, Precision prec, uint32_t* HWY_RES
   pj.segments = job.segments; pj.lower_result = job.lower_result;
   pj.lolo = prec == Precision::kBf16x4;
   pj.also = job.also;
+  pj.out_rows = job.out_rows;
   const int64_t N = static_cast<int64_t>(hn::Lanes(DBF()));
   for (int si = 0; si < job.segments; ++si) {
     const Segment& s = job.seg[si];

@@ -174,12 +174,26 @@ HWY_INLINE void LoadHeadVectors(const ItemView& iv, const ScratchLayout& L, floa
   }
 }
 
+// The item's rows [t, ...) of V and out for ChunkVSide's direct panels.
+HWY_INLINE ChunkTensors ItemTensors(const ItemView& iv, int64_t t) {
+  const Problem& p = *iv.p;
+  const int64_t first = (t * p.Nv + iv.it->head) * p.Dv + iv.it->v_begin;
+  const TensorView& v = iv.in->value;
+  const TensorView& out = iv.out->out;
+  ChunkTensors io;
+  io.v = TensorRows{const_cast<void*>(At(v, first)), p.Nv * p.Dv * static_cast<int64_t>(DTypeSize(v.dtype)), v.dtype};
+  io.out = TensorRows{AtMut(out, first), p.Nv * p.Dv * static_cast<int64_t>(DTypeSize(out.dtype)), out.dtype};
+  io.width = iv.it->v_width;
+  return io;
+}
+
 // Rows [t, t + n) of the item's V tile into the vb panels, row i times
 // row_factor(i) (beta_i for Vb = diag(beta) V; 1 keeps V exactly). Whole
-// panels convert and scale in one pass over whole vectors.
+// panels convert and scale in one pass over whole vectors. Panels that
+// `direct` reads in place (ChunkVSide) are skipped.
 template <class RowFactor>
 HWY_INLINE void LoadValueTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t, int64_t n,
-                              const RowFactor& row_factor) {
+                              const RowFactor& row_factor, const ChunkTensors& direct = ChunkTensors{}) {
   const Problem& p = *iv.p;
   const Inputs& in = *iv.in;
   const Panels rp(L.c, L);
@@ -192,6 +206,7 @@ HWY_INLINE void LoadValueTile(const ItemView& iv, const ScratchLayout& L, float*
       const float factor = row_factor(i);
       for (int64_t c0 = 0; c0 < L.w_pad; c0 = rp.Next(c0)) {
         const int64_t pw = rp.Width(c0), cols = std::clamp<int64_t>(iv.it->v_width - c0, 0, pw);
+        if (direct.Direct(c0, pw)) continue;
         float* dst = rp.Base(base + L.vb, c0) + i * pw;
         if (cols == pw) {
           LoadScaledVectorsAs<kT>(row + c0 * kDTypeBytes<kT>, pw, factor, dst);
@@ -239,7 +254,10 @@ HWY_INLINE void QueueGroupChunk(const ItemView* views, int64_t count, int64_t t,
   if (p.has_g) add(in.g, t * p.Nv + a.head, p.Nv, z.head - a.head + 1, false);
 }
 
-HWY_INLINE void StoreOutputRows(const ItemView& iv, const ScratchLayout& L, const float* HWY_RESTRICT o, int64_t t, int64_t n) {
+// Output rows [t, t + n) of the item from the o panels, but for the panels
+// `direct` wrote in place (ChunkVSide).
+HWY_INLINE void StoreOutputRows(const ItemView& iv, const ScratchLayout& L, const float* HWY_RESTRICT o, int64_t t, int64_t n,
+                                const ChunkTensors& direct = ChunkTensors{}) {
   const Problem& p = *iv.p;
   const Panels rp(L.c, L);
   const TensorView& out = iv.out->out;
@@ -249,6 +267,7 @@ HWY_INLINE void StoreOutputRows(const ItemView& iv, const ScratchLayout& L, cons
     uint8_t* first = static_cast<uint8_t*>(out.data) + ((t * p.Nv + iv.it->head) * p.Dv + iv.it->v_begin) * kDTypeBytes<kT>;
     for (int64_t c0 = 0; c0 < iv.it->v_width; c0 = rp.Next(c0)) {
       const int64_t pw = rp.Width(c0), cols = std::min(pw, iv.it->v_width - c0);
+      if (direct.Direct(c0, pw)) continue;
       uint8_t* row = first + c0 * kDTypeBytes<kT>;
       for (int64_t i = 0; i < n; ++i, row += stride) StoreRowAs<kT>(rp.Base(o, c0) + i * pw, cols, row);
     }
@@ -297,9 +316,10 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
     LoadHeadVectors(iv, L, base, t, n);
     PrepareValueHead(L, base, n, scale);
   }
-  LoadValueTile(iv, L, base, t, n, [&](int64_t i) { return cv.beta[i]; });  // Vb = diag(beta) V
-  ChunkVSide(L, base, S, n, prec, prefetch);
-  StoreOutputRows(iv, L, base + L.o, t, n);
+  const ChunkTensors io = ItemTensors(iv, t);
+  LoadValueTile(iv, L, base, t, n, [&](int64_t i) { return cv.beta[i]; }, io);  // Vb = diag(beta) V
+  ChunkVSide(L, base, S, n, prec, prefetch, io);
+  StoreOutputRows(iv, L, base + L.o, t, n, io);
 }
 
 // A group of items of one sequence advanced chunk by chunk together: each
