@@ -202,17 +202,17 @@ HWY_INLINE void LoadValueTile(const ItemView& iv, const ScratchLayout& L, float*
     const int64_t stride = p.Nv * p.Dv * kDTypeBytes<kT>;
     const uint8_t* row = static_cast<const uint8_t*>(in.value.data) +
                          ((t * p.Nv + iv.it->head) * p.Dv + iv.it->v_begin) * kDTypeBytes<kT>;
-    for (int64_t i = 0; i < n; ++i, row += stride) {
-      const float factor = row_factor(i);
-      for (int64_t c0 = 0; c0 < L.w_pad; c0 = rp.Next(c0)) {
-        const int64_t pw = rp.Width(c0), cols = std::clamp<int64_t>(iv.it->v_width - c0, 0, pw);
-        if (direct.Direct(c0, pw)) continue;
+    for (int64_t c0 = 0; c0 < L.w_pad; c0 = rp.Next(c0)) {
+      const int64_t pw = rp.Width(c0), cols = std::clamp<int64_t>(iv.it->v_width - c0, 0, pw);
+      if (direct.Direct(c0, pw)) continue;
+      for (int64_t i = 0; i < n; ++i) {
+        const uint8_t* src = row + i * stride + c0 * kDTypeBytes<kT>;
         float* dst = rp.Base(base + L.vb, c0) + i * pw;
         if (cols == pw) {
-          LoadScaledVectorsAs<kT>(row + c0 * kDTypeBytes<kT>, pw, factor, dst);
+          LoadScaledVectorsAs<kT>(src, pw, row_factor(i), dst);
         } else {
-          LoadRowAs<kT>(row + c0 * kDTypeBytes<kT>, cols, dst, pw);
-          ScaleRows(dst, pw, 1, [&](int64_t) { return factor; }, dst);
+          LoadRowAs<kT>(src, cols, dst, pw);
+          ScaleRows(dst, pw, 1, [&](int64_t) { return row_factor(i); }, dst);
         }
       }
     }
