@@ -15,6 +15,7 @@
 #include "core/dtype.h"
 #include "core/scan.h"
 #include "core/synthetic.h"
+#include "test_util.h"
 
 namespace cgdr {
 namespace {
@@ -25,8 +26,17 @@ const float kInf = std::numeric_limits<float>::infinity();
 
 // The bit-level scans (core/scan.h) agree with the definitions on the
 // converted value (std::isfinite, > 0) for every f16 and bf16 bit pattern and
-// for f32 specials, at every position of a block and past the first block.
+// for f32 specials, at every position of a block and past the first block,
+// on every compiled SIMD target.
+void ExpectScansAgreeWithConvertedValues();
 TEST(CheckValues, ScansAgreeWithConvertedValues) {
+  testing::ForEachTarget([](const std::string& target) {
+    SCOPED_TRACE(target);
+    ExpectScansAgreeWithConvertedValues();
+  });
+}
+
+void ExpectScansAgreeWithConvertedValues() {
   const auto expect_scans = [](const TensorView& t, const char* what) {
     int64_t non_finite = -1, positive = -1;
     for (int64_t i = t.numel() - 1; i >= 0; --i) {
@@ -62,6 +72,32 @@ TEST(CheckValues, ScansAgreeWithConvertedValues) {
       expect_scans(TensorView(y.data(), DType::kF32, {5000}), "f32 special");
     }
   }
+}
+
+// The tensors' data need not be aligned to their elements: f32 and 16-bit
+// values starting 2 and 1 bytes past an aligned address, each target, each
+// length around a vector (the vector part, then the element-wise tail).
+TEST(CheckValues, ScansOfUnalignedData) {
+  testing::ForEachTarget([](const std::string& target) {
+    for (int64_t n : {1, 15, 16, 17, 63, 64, 65, 2049}) {
+      for (int64_t at = 0; at < n; at += std::max<int64_t>(1, n / 7)) {
+        std::vector<uint8_t> raw(static_cast<size_t>(n) * 4 + 64);
+        uint8_t* f32_at = raw.data() + (64 - reinterpret_cast<uintptr_t>(raw.data()) % 64) % 64 + 2;
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = i == at ? kInf : -1.0f;
+          std::memcpy(f32_at + i * 4, &v, 4);
+        }
+        EXPECT_EQ(FirstNonFinite(TensorView(f32_at, DType::kF32, {n})), at) << target << " f32 n=" << n;
+        uint8_t* h_at = f32_at - 1;
+        for (int64_t i = 0; i < n; ++i) {
+          const uint16_t v = i == at ? 0x3C00u : 0xBC00u;  // f16 +1 / -1
+          std::memcpy(h_at + i * 2, &v, 2);
+        }
+        EXPECT_EQ(FirstPositive(TensorView(h_at, DType::kF16, {n})), at) << target << " f16 n=" << n;
+        EXPECT_EQ(FirstNonFinite(TensorView(h_at, DType::kF16, {n})), -1) << target << " f16 n=" << n;
+      }
+    }
+  });
 }
 
 // Large tensors are scanned in one part per thread: the index found is the

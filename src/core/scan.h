@@ -1,7 +1,8 @@
 // Value scans for check_values (SPEC 3, issue "hardening" 6): the first
 // non-finite element of a tensor, the first positive one. They test the bits
-// of each element in its own dtype (no conversion), in blocks the compiler
-// vectorises, and locate the element only inside a block that has one.
+// of each element in its own dtype (no conversion), a block at a time with
+// Highway vectors (dispatched per target), and locate the element only inside
+// a block that has one.
 #pragma once
 
 #include <cstdint>
