@@ -79,7 +79,7 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
         const Panels sp(L.dk_pad, L), rp(L.c, L);
         for (int64_t c0 = 0; c0 < L.w_pad; c0 = sp.Next(c0)) {
           for (int64_t i = 0; i < n; ++i) {
-            RecurrentTokenPanel(sp.Base(base + L.state, c0), L.dk_pad, sp.Width(c0), base + L.q + i * L.dk_pad,
+            RecurrentTokenPanel<DType::kF32>(sp.Base(base + L.state, c0), L.dk_pad, sp.Width(c0), base + L.q + i * L.dk_pad,
                                 base + L.k + i * L.dk_pad, rp.Base(base + L.vb, c0) + i * sp.Width(c0), 0.5f, 0.999f,
                                 0.1f, rp.Base(base + L.o, c0) + i * sp.Width(c0));
           }

@@ -283,20 +283,33 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
   ChunkVectors cv(base + L.vec, L.c_pad);
   LoadKeyRows(iv, L, base, t, n);
   LoadHeadVectors(iv, L, base, t, n);
-  LoadValueTile(iv, L, base, t, n, [](int64_t) { return 1.0f; });
+  // As in ChunkStep: panels inside the item's V tile read V and write out in
+  // place (ChunkTensors), padded ones go through vb and o.
+  const ChunkTensors io = ItemTensors(iv, t);
+  LoadValueTile(iv, L, base, t, n, [](int64_t) { return 1.0f; }, io);
   for (int64_t i = 0; i < n; ++i) cv.eG[i] = std::exp(cv.g[i]);
   const Panels sp(L.dk_pad, L), rp(L.c, L);
   for (int64_t c0 = 0; c0 < L.w_pad; c0 = sp.Next(c0)) {
     const int64_t pw = sp.Width(c0);
     float* s = sp.Base(S, c0);
-    const float* v = rp.Base(base + L.vb, c0);
-    float* o = rp.Base(base + L.o, c0);
-    for (int64_t i = 0; i < n; ++i) {
-      RecurrentTokenPanel(s, dk, pw, base + L.q + i * L.dk_pad, base + L.k + i * L.dk_pad, v + i * pw, cv.beta[i],
-                          cv.eG[i], scale, o + i * pw);
+    const auto tokens = [&](auto tag, const uint8_t* v, int64_t v_stride, uint8_t* o, int64_t o_stride) {
+      for (int64_t i = 0; i < n; ++i) {
+        RecurrentTokenPanel<decltype(tag)::value>(s, dk, pw, base + L.q + i * L.dk_pad, base + L.k + i * L.dk_pad,
+                                                  v + i * v_stride, cv.beta[i], cv.eG[i], scale, o + i * o_stride);
+      }
+    };
+    if (io.Direct(c0, pw)) {
+      const TensorRows v = ChunkTensors::Columns(io.v, c0), out = ChunkTensors::Columns(io.out, c0);
+      ForDType(v.dtype, [&](auto tag) {  // v and out have q's dtype (SPEC 3)
+        tokens(tag, static_cast<const uint8_t*>(v.at), v.stride, static_cast<uint8_t*>(out.at), out.stride);
+      });
+    } else {
+      const int64_t row_bytes = pw * static_cast<int64_t>(sizeof(float));
+      tokens(DTypeTag<DType::kF32>{}, reinterpret_cast<const uint8_t*>(rp.Base(base + L.vb, c0)), row_bytes,
+             reinterpret_cast<uint8_t*>(rp.Base(base + L.o, c0)), row_bytes);
     }
   }
-  StoreOutputRows(iv, L, base + L.o, t, n);
+  StoreOutputRows(iv, L, base + L.o, t, n, io);
 }
 
 // C = 16 .. 128: one chunk [t, t + n) of one item, SPEC 4.

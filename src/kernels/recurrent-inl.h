@@ -13,6 +13,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/gemm-inl.h"
+#include "kernels/load-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace cgdr {
@@ -21,10 +22,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 constexpr int kTokenBlockVecs = 4;  // column vectors held in registers per sweep over k
 
-template <int NV>
+// v and o: the token's rows in dtype kT, the caller's tensors themselves or
+// f32 scratch (load-inl.h converts in registers; o rounded to nearest even).
+template <int NV, DType kT>
 HWY_INLINE void TokenColumns(float* HWY_RESTRICT S, int64_t dk, int64_t ld, int64_t c0, const float* HWY_RESTRICT q,
-                             const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, float beta, float a, float scale,
-                             float* HWY_RESTRICT o) {
+                             const float* HWY_RESTRICT k, const void* HWY_RESTRICT v, float beta, float a, float scale,
+                             void* HWY_RESTRICT o) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   hn::Vec<decltype(d)> x[NV], u[NV], acc[NV];
@@ -35,7 +38,7 @@ HWY_INLINE void TokenColumns(float* HWY_RESTRICT S, int64_t dk, int64_t ld, int6
   }
   const auto va = hn::Set(d, a), vb = hn::Set(d, beta);
   for (int j = 0; j < NV; ++j) {
-    u[j] = hn::Mul(vb, hn::NegMulAdd(va, x[j], hn::Load(d, v + c0 + j * N)));
+    u[j] = hn::Mul(vb, hn::NegMulAdd(va, x[j], LoadVectorAs<kT>(d, v, c0 + static_cast<int64_t>(j * N))));
     acc[j] = hn::Zero(d);
   }
   for (int64_t r = 0; r < dk; ++r) {
@@ -48,20 +51,24 @@ HWY_INLINE void TokenColumns(float* HWY_RESTRICT S, int64_t dk, int64_t ld, int6
     }
   }
   const auto vs = hn::Set(d, scale);
-  for (int j = 0; j < NV; ++j) hn::Store(hn::Mul(vs, acc[j]), d, o + c0 + j * N);
+  for (int j = 0; j < NV; ++j) StoreVectorAs<kT>(d, hn::Mul(vs, acc[j]), o, c0 + static_cast<int64_t>(j * N));
 }
 
 // One token on one column panel of the tile (ld = panel width); v and o are
-// the panel's parts of the token's rows (padding zero in v).
+// the panel's parts of the token's rows in dtype kT (f32 scratch: padding
+// zero in v; the caller's tensors: every column inside the row).
+template <DType kT>
 HWY_INLINE void RecurrentTokenPanel(float* HWY_RESTRICT S, int64_t dk, int64_t width, const float* HWY_RESTRICT q,
-                                    const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, float beta, float a,
-                                    float scale, float* HWY_RESTRICT o) {
+                                    const float* HWY_RESTRICT k, const void* HWY_RESTRICT v, float beta, float a,
+                                    float scale, void* HWY_RESTRICT o) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t vecs = width / N;
   int64_t j = 0;
-  for (; j + kTokenBlockVecs <= vecs; j += kTokenBlockVecs) TokenColumns<kTokenBlockVecs>(S, dk, width, j * N, q, k, v, beta, a, scale, o);
-  for (; j < vecs; ++j) TokenColumns<1>(S, dk, width, j * N, q, k, v, beta, a, scale, o);
+  for (; j + kTokenBlockVecs <= vecs; j += kTokenBlockVecs) {
+    TokenColumns<kTokenBlockVecs, kT>(S, dk, width, j * N, q, k, v, beta, a, scale, o);
+  }
+  for (; j < vecs; ++j) TokenColumns<1, kT>(S, dk, width, j * N, q, k, v, beta, a, scale, o);
 }
 
 }  // namespace HWY_NAMESPACE
