@@ -204,6 +204,12 @@ section_plan() {
   expect_error "plan Dk = 0" "--dk: expected an integer in [1, 256]" "$CGDR" plan --t 8 --nk 1 --nv 1 --dk 0 --dv 16
   expect_error "plan Dv too big" "--dv: expected an integer in [1, 256]" "$CGDR" plan --t 8 --nk 1 --nv 1 --dk 16 --dv 300
   expect_error "plan missing --t" "needs --t" "$CGDR" plan --nk 1 --nv 1 --dk 16 --dv 16
+  # The bench's JSON carries the peak measured again after the rows (no timing asserted).
+  expect_ok "bench json" "$CGDR" bench --shape npu-B1-H8-T64-D64x64 --reps 3 --json "$W/bench.json"
+  expect_stdout_has "bench json" "FMA peak measured again after the rows"
+  for key in '"pct_peak"' '"peak_gflops_after"' '"pct_peak_conservative"' '"pct_peak_best_conservative"'; do
+    grep -qF -- "$key" "$W/bench.json" || fail "bench json: no $key in $W/bench.json"
+  done
 }
 
 # The planner's profile (`cgdr tune`, $CGDR_PROFILE): the precision modes'
