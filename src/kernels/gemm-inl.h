@@ -168,10 +168,13 @@ struct Panels {
 // rows per block or it runs at half speed on the FMA latency; but not 16:
 // gcc 12 turned the 16 x 1 block into a loop that kept C in memory (2 FMAs
 // per load and store), and K K^T, Q K^T took 1.5x longer than with 8 x 1.
+// Rows a multiple of 4 (C = 16..128, Dk buckets) split into blocks of 4 with
+// no remainder; blocks of 5 (for 3 vectors) left rows that ran as 1 x 3
+// blocks, 3 chains on the FMA latency (Dv = 112, 1 thread: 2-6% slower).
 template <int NV>
 constexpr int RowsPerBlock() {
 #if HWY_TARGET <= HWY_AVX3
-  return NV == 1 ? 8 : (NV == 2 ? 8 : (NV == 3 ? 5 : 4));  // 4 x 5 for kTailBlockVecs
+  return NV <= 2 ? 8 : 4;  // 4 x 3 .. 4 x 5 (kTailBlockVecs)
 #else
   return NV == 1 ? 8 : 4;
 #endif
