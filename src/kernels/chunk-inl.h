@@ -80,7 +80,8 @@ HWY_INLINE void GemmBlockedK(const GemmJob& job, int si, int64_t kb, Precision p
 // to out's dtype: no conversion passes through scratch, and the lines of V
 // and out are touched between the products' tiles. Panels past `width`
 // (padding of a narrow tile) go through the vb and o scratch panels
-// (LoadValueTile, StoreOutputRows). width 0: every panel does.
+// (LoadValueTile, StoreOutputRows). width 0 (ChunkVSide's default, as in the
+// phase benchmarks): every panel goes through vb and o.
 struct ChunkTensors {
   TensorRows v, out;
   int64_t width = 0;

@@ -187,26 +187,22 @@ HWY_INLINE ChunkTensors ItemTensors(const ItemView& iv, int64_t t) {
   return io;
 }
 
-// Rows [t, t + n) of the item's V tile into the vb panels, row i times
-// row_factor(i) (beta_i for Vb = diag(beta) V; 1 keeps V exactly). Whole
-// panels convert and scale in one pass over whole vectors. Panels that
-// `direct` reads in place (ChunkVSide) are skipped.
+// Rows [0, n) of the item's V tile (io from ItemTensors) into the vb panels,
+// row i times row_factor(i) (beta_i for Vb = diag(beta) V; 1 keeps V
+// exactly), for the panels ChunkVSide does not read in place (io.Direct).
+// Whole panels convert and scale in one pass over whole vectors.
 template <class RowFactor>
-HWY_INLINE void LoadValueTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t, int64_t n,
-                              const RowFactor& row_factor, const ChunkTensors& direct = ChunkTensors{}) {
-  const Problem& p = *iv.p;
-  const Inputs& in = *iv.in;
+HWY_INLINE void LoadValueTile(const ScratchLayout& L, float* HWY_RESTRICT base, const ChunkTensors& io, int64_t n,
+                              const RowFactor& row_factor) {
   const Panels rp(L.c, L);
-  ForDType(in.value.dtype, [&](auto tag) {
+  ForDType(io.v.dtype, [&](auto tag) {
     constexpr DType kT = decltype(tag)::value;
-    const int64_t stride = p.Nv * p.Dv * kDTypeBytes<kT>;
-    const uint8_t* row = static_cast<const uint8_t*>(in.value.data) +
-                         ((t * p.Nv + iv.it->head) * p.Dv + iv.it->v_begin) * kDTypeBytes<kT>;
     for (int64_t c0 = 0; c0 < L.w_pad; c0 = rp.Next(c0)) {
-      const int64_t pw = rp.Width(c0), cols = std::clamp<int64_t>(iv.it->v_width - c0, 0, pw);
-      if (direct.Direct(c0, pw)) continue;
+      const int64_t pw = rp.Width(c0), cols = std::clamp<int64_t>(io.width - c0, 0, pw);
+      if (io.Direct(c0, pw)) continue;
+      const uint8_t* first = static_cast<const uint8_t*>(ChunkTensors::Columns(io.v, c0).at);
       for (int64_t i = 0; i < n; ++i) {
-        const uint8_t* src = row + i * stride + c0 * kDTypeBytes<kT>;
+        const uint8_t* src = first + i * io.v.stride;
         float* dst = rp.Base(base + L.vb, c0) + i * pw;
         if (cols == pw) {
           LoadScaledVectorsAs<kT>(src, pw, row_factor(i), dst);
@@ -254,22 +250,17 @@ HWY_INLINE void QueueGroupChunk(const ItemView* views, int64_t count, int64_t t,
   if (p.has_g) add(in.g, t * p.Nv + a.head, p.Nv, z.head - a.head + 1, false);
 }
 
-// Output rows [t, t + n) of the item from the o panels, but for the panels
-// `direct` wrote in place (ChunkVSide).
-HWY_INLINE void StoreOutputRows(const ItemView& iv, const ScratchLayout& L, const float* HWY_RESTRICT o, int64_t t, int64_t n,
-                                const ChunkTensors& direct = ChunkTensors{}) {
-  const Problem& p = *iv.p;
+// Output rows [0, n) of the item (io from ItemTensors) from the o panels,
+// for the panels ChunkVSide did not write in place (io.Direct).
+HWY_INLINE void StoreOutputRows(const ScratchLayout& L, const float* HWY_RESTRICT o, const ChunkTensors& io, int64_t n) {
   const Panels rp(L.c, L);
-  const TensorView& out = iv.out->out;
-  ForDType(out.dtype, [&](auto tag) {
+  ForDType(io.out.dtype, [&](auto tag) {
     constexpr DType kT = decltype(tag)::value;
-    const int64_t stride = p.Nv * p.Dv * kDTypeBytes<kT>;
-    uint8_t* first = static_cast<uint8_t*>(out.data) + ((t * p.Nv + iv.it->head) * p.Dv + iv.it->v_begin) * kDTypeBytes<kT>;
-    for (int64_t c0 = 0; c0 < iv.it->v_width; c0 = rp.Next(c0)) {
-      const int64_t pw = rp.Width(c0), cols = std::min(pw, iv.it->v_width - c0);
-      if (direct.Direct(c0, pw)) continue;
-      uint8_t* row = first + c0 * kDTypeBytes<kT>;
-      for (int64_t i = 0; i < n; ++i, row += stride) StoreRowAs<kT>(rp.Base(o, c0) + i * pw, cols, row);
+    for (int64_t c0 = 0; c0 < io.width; c0 = rp.Next(c0)) {
+      const int64_t pw = rp.Width(c0), cols = std::min(pw, io.width - c0);
+      if (io.Direct(c0, pw)) continue;
+      uint8_t* row = static_cast<uint8_t*>(ChunkTensors::Columns(io.out, c0).at);
+      for (int64_t i = 0; i < n; ++i, row += io.out.stride) StoreRowAs<kT>(rp.Base(o, c0) + i * pw, cols, row);
     }
   });
 }
@@ -286,7 +277,7 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
   // As in ChunkStep: panels inside the item's V tile read V and write out in
   // place (ChunkTensors), padded ones go through vb and o.
   const ChunkTensors io = ItemTensors(iv, t);
-  LoadValueTile(iv, L, base, t, n, [](int64_t) { return 1.0f; }, io);
+  LoadValueTile(L, base, io, n, [](int64_t) { return 1.0f; });
   for (int64_t i = 0; i < n; ++i) cv.eG[i] = std::exp(cv.g[i]);
   const Panels sp(L.dk_pad, L), rp(L.c, L);
   for (int64_t c0 = 0; c0 < L.w_pad; c0 = sp.Next(c0)) {
@@ -309,7 +300,7 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
              reinterpret_cast<uint8_t*>(rp.Base(base + L.o, c0)), row_bytes);
     }
   }
-  StoreOutputRows(iv, L, base + L.o, t, n, io);
+  StoreOutputRows(L, base + L.o, io, n);
 }
 
 // C = 16 .. 128: one chunk [t, t + n) of one item, SPEC 4.
@@ -330,9 +321,9 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
     PrepareValueHead(L, base, n, scale);
   }
   const ChunkTensors io = ItemTensors(iv, t);
-  LoadValueTile(iv, L, base, t, n, [&](int64_t i) { return cv.beta[i]; }, io);  // Vb = diag(beta) V
+  LoadValueTile(L, base, io, n, [&](int64_t i) { return cv.beta[i]; });  // Vb = diag(beta) V
   ChunkVSide(L, base, S, n, prec, prefetch, io);
-  StoreOutputRows(iv, L, base + L.o, t, n, io);
+  StoreOutputRows(L, base + L.o, io, n);
 }
 
 // A group of items of one sequence advanced chunk by chunk together: each
