@@ -19,18 +19,38 @@
 #include "core/scan.h"
 #include "core/threads.h"
 
-HWY_BEFORE_NAMESPACE();
-namespace cgdr {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
+// Target-independent pieces, defined once (foreach_target includes this file
+// once per target): the element read and the two predicates on an element's
+// bits, which decide every answer; the vector tests below only find the
+// blocks worth searching.
+#ifndef CGDR_CORE_SCAN_SHARED_
+#define CGDR_CORE_SCAN_SHARED_
+namespace cgdr::scan_bits {
 
 // Element i of x as its bits (memcpy: the tensor need not be aligned).
 template <typename Bits>
-HWY_INLINE Bits ElementBits(const uint8_t* x, int64_t i) {
+inline Bits ElementBits(const uint8_t* x, int64_t i) {
   Bits v;
   std::memcpy(&v, x + i * static_cast<int64_t>(sizeof(Bits)), sizeof v);
   return v;
 }
+
+// Non-finite: every bit of the exponent field set (Inf, NaN).
+template <typename Bits>
+inline bool IsNonFinite(Bits v, Bits exponent) { return (v & exponent) == exponent; }
+
+// Positive: the bits, as an unsigned number, in [1, exponent] (sign clear,
+// not zero, not NaN; +Inf included). v - 1 <= exponent - 1, wrapping at 0.
+template <typename Bits>
+inline bool IsPositive(Bits v, Bits exponent) { return static_cast<Bits>(v - 1) <= static_cast<Bits>(exponent - 1); }
+
+}  // namespace cgdr::scan_bits
+#endif  // CGDR_CORE_SCAN_SHARED_
+
+HWY_BEFORE_NAMESPACE();
+namespace cgdr {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
 
 // Whether any of the n elements at x matches: match(d, v) on whole vectors,
 // scalar_match on the last few.
@@ -46,11 +66,11 @@ HWY_INLINE bool AnyMatch(const uint8_t* HWY_RESTRICT x, int64_t n, const VectorM
     any = hn::Or(any, hn::VecFromMask(d, match(d, v)));
   }
   bool found = !hn::AllFalse(d, hn::MaskFromVec(any));
-  for (; i < n; ++i) found |= scalar_match(ElementBits<Bits>(x, i));
+  for (; i < n; ++i) found |= scalar_match(scan_bits::ElementBits<Bits>(x, i));
   return found;
 }
 
-// Non-finite: every bit of the exponent field set (Inf, NaN).
+// scan_bits::IsNonFinite on vectors.
 template <typename Bits>
 HWY_INLINE bool AnyAllOnes(const uint8_t* x, int64_t n, Bits exponent) {
   return AnyMatch<Bits>(
@@ -59,11 +79,10 @@ HWY_INLINE bool AnyAllOnes(const uint8_t* x, int64_t n, Bits exponent) {
         const auto e = hn::Set(d, exponent);
         return hn::Eq(hn::And(v, e), e);
       },
-      [exponent](Bits v) { return (v & exponent) == exponent; });
+      [exponent](Bits v) { return scan_bits::IsNonFinite(v, exponent); });
 }
 
-// Positive: the bits, as an unsigned number, in [1, exponent] (sign clear,
-// not zero, not NaN; +Inf included). v - 1 <= exponent - 1, wrapping at 0.
+// scan_bits::IsPositive on vectors (unsigned v - 1 <= exponent - 1 as a Min).
 template <typename Bits>
 HWY_INLINE bool AnyInOneToTop(const uint8_t* x, int64_t n, Bits exponent) {
   return AnyMatch<Bits>(
@@ -72,7 +91,7 @@ HWY_INLINE bool AnyInOneToTop(const uint8_t* x, int64_t n, Bits exponent) {
         const auto shifted = hn::Sub(v, hn::Set(d, Bits{1}));
         return hn::Eq(hn::Min(shifted, hn::Set(d, static_cast<Bits>(exponent - 1))), shifted);
       },
-      [exponent](Bits v) { return static_cast<Bits>(v - 1) <= static_cast<Bits>(exponent - 1); });
+      [exponent](Bits v) { return scan_bits::IsPositive(v, exponent); });
 }
 
 bool AnyNonFinite16(const uint8_t* x, int64_t n, uint16_t exponent) { return AnyAllOnes<uint16_t>(x, n, exponent); }
@@ -122,9 +141,7 @@ int64_t FirstMatchIn(const uint8_t* x, int64_t begin, int64_t end, const Scan<Bi
     const int64_t e = std::min(end, b + kBlock);
     if (!scan.any(x + b * static_cast<int64_t>(sizeof(Bits)), e - b, scan.exponent)) continue;
     for (int64_t i = b; i < e; ++i) {
-      Bits v;
-      std::memcpy(&v, x + i * static_cast<int64_t>(sizeof(Bits)), sizeof v);
-      if (scan.one(v, scan.exponent)) return i;
+      if (scan.one(scan_bits::ElementBits<Bits>(x, i), scan.exponent)) return i;
     }
   }
   return -1;
@@ -148,11 +165,6 @@ int64_t FirstMatch(const void* data, int64_t n, int threads, const Scan<Bits>& s
   return -1;
 }
 
-template <typename Bits>
-bool IsNonFinite(Bits v, Bits exponent) { return (v & exponent) == exponent; }
-template <typename Bits>
-bool IsPositive(Bits v, Bits exponent) { return static_cast<Bits>(v - 1) <= static_cast<Bits>(exponent - 1); }
-
 // A predicate for both widths of element bits.
 struct Predicate {
   Scan<uint16_t> on16;  // exponent filled in per dtype
@@ -174,13 +186,13 @@ int64_t ScanByDtype(const TensorView& t, int threads, Predicate p) {
 }  // namespace
 
 int64_t FirstNonFinite(const TensorView& t, int threads) {
-  return ScanByDtype(t, threads, {{HWY_DYNAMIC_DISPATCH(AnyNonFinite16), IsNonFinite<uint16_t>, 0},
-                                  {HWY_DYNAMIC_DISPATCH(AnyNonFinite32), IsNonFinite<uint32_t>, 0}});
+  return ScanByDtype(t, threads, {{HWY_DYNAMIC_DISPATCH(AnyNonFinite16), scan_bits::IsNonFinite<uint16_t>, 0},
+                                  {HWY_DYNAMIC_DISPATCH(AnyNonFinite32), scan_bits::IsNonFinite<uint32_t>, 0}});
 }
 
 int64_t FirstPositive(const TensorView& t, int threads) {
-  return ScanByDtype(t, threads, {{HWY_DYNAMIC_DISPATCH(AnyPositive16), IsPositive<uint16_t>, 0},
-                                  {HWY_DYNAMIC_DISPATCH(AnyPositive32), IsPositive<uint32_t>, 0}});
+  return ScanByDtype(t, threads, {{HWY_DYNAMIC_DISPATCH(AnyPositive16), scan_bits::IsPositive<uint16_t>, 0},
+                                  {HWY_DYNAMIC_DISPATCH(AnyPositive32), scan_bits::IsPositive<uint32_t>, 0}});
 }
 
 }  // namespace cgdr
