@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <utility>
 #include <memory>
 #include <random>
 #include <string>
@@ -372,11 +373,11 @@ class PeakCache {
     if (it == peaks_.end()) it = peaks_.emplace(threads, MeasureFmaPeak(threads, seconds_)).first;
     return it->second;
   }
-  // Each peak measured again (after the rows): threads -> GFLOP/s now.
-  std::map<int, double> Remeasure() const {
-    std::map<int, double> now;
-    for (const auto& [threads, peak] : peaks_) now[threads] = MeasureFmaPeak(threads, seconds_).gflops;
-    return now;
+  // Each peak measured again (after the rows): threads -> {GFLOP/s first, now}.
+  std::map<int, std::pair<double, double>> Remeasure() const {
+    std::map<int, std::pair<double, double>> again;
+    for (const auto& [threads, peak] : peaks_) again[threads] = {peak.gflops, MeasureFmaPeak(threads, seconds_).gflops};
+    return again;
   }
 
  private:
@@ -724,23 +725,19 @@ Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowR
 // get %peak against the higher of the two (pct_peak_conservative in the
 // JSON), and a note says so when they differ by more than 3%.
 void RecheckPeaks(const PeakCache& peaks, std::vector<RowResult>* results) {
-  const std::map<int, double> now = peaks.Remeasure();
+  const std::map<int, std::pair<double, double>> again = peaks.Remeasure();
   bool inflated = false;
-  for (const auto& [threads, gflops] : now) {
-    double before = 0.0;
-    for (const RowResult& r : *results) {
-      if (r.threads == threads) before = r.peak;
-    }
-    if (before <= 0.0) continue;
-    std::printf("FMA peak measured again after the rows: %.1f GFLOP/s on %d thread%s (%.1f before them)\n", gflops,
+  for (const auto& [threads, peak] : again) {
+    const auto [before, after] = peak;
+    std::printf("FMA peak measured again after the rows: %.1f GFLOP/s on %d thread%s (%.1f before them)\n", after,
                 threads, threads == 1 ? "" : "s", before);
-    inflated |= gflops > 1.03 * before;
+    inflated |= after > 1.03 * before;
   }
   for (RowResult& r : *results) {
-    const auto it = now.find(r.threads);
-    if (it == now.end() || r.peak <= 0.0) continue;
-    const double higher = std::max(r.peak, it->second);
-    r.extra["peak_gflops_after"] = it->second;
+    const auto it = again.find(r.threads);
+    if (it == again.end() || r.peak <= 0.0) continue;
+    const double after = it->second.second, higher = std::max(r.peak, after);
+    r.extra["peak_gflops_after"] = after;
     r.extra["pct_peak_conservative"] = r.pct_peak * r.peak / higher;
     r.extra["pct_peak_best_conservative"] = r.pct_peak_best * r.peak / higher;
   }
