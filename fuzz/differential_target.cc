@@ -118,7 +118,7 @@ class Rng {
 };
 
 // Rows of n values in [-1, 1), scaled to unit norm when `unit`.
-void FillRows(std::vector<uint8_t>& buf, DType t, int64_t n, bool unit, Rng& rng) {
+void FillRows(Bytes& buf, DType t, int64_t n, bool unit, Rng& rng) {
   const int64_t total = static_cast<int64_t>(buf.size() / DTypeSize(t));
   std::vector<double> row(static_cast<size_t>(n));
   for (int64_t r = 0; r * n < total; ++r) {
@@ -132,7 +132,7 @@ void FillRows(std::vector<uint8_t>& buf, DType t, int64_t n, bool unit, Rng& rng
   }
 }
 
-void FillUniform(std::vector<uint8_t>& buf, DType t, double lo, double hi, Rng& rng) {
+void FillUniform(Bytes& buf, DType t, double lo, double hi, Rng& rng) {
   const int64_t n = static_cast<int64_t>(buf.size() / DTypeSize(t));
   for (int64_t i = 0; i < n; ++i) StoreFromF32(buf.data(), t, i, static_cast<float>(rng.Uniform(lo, hi)));
 }
@@ -147,7 +147,7 @@ Case FastCase(const CaseSpec& spec) {
   c.T = 0;
   for (int32_t l : spec.lens) c.T += l;
   const int64_t B = static_cast<int64_t>(spec.lens.size()), T = c.T;
-  auto alloc = [](int64_t n, DType t) { return std::vector<uint8_t>(static_cast<size_t>(n) * DTypeSize(t), 0); };
+  auto alloc = [](int64_t n, DType t) { return Bytes(static_cast<size_t>(n) * DTypeSize(t), 0); };
   Rng rng(spec.seed);
   c.query = alloc(T * spec.Nk * spec.Dk, spec.dtype);
   c.key = alloc(T * spec.Nk * spec.Dk, spec.dtype);
@@ -290,7 +290,7 @@ int FuzzDifferential(const uint8_t* data, size_t size) {
   // A precision mode: the same inputs and formulation in fp32 (into outputs
   // of its own), for the slack.
   const bool mode = opt.precision != Precision::kFp32;
-  std::vector<uint8_t> out32_buf, state32_buf;
+  Bytes out32_buf, state32_buf;
   Outputs out32 = out;
   if (mode) {
     out32_buf.resize(c.out.size());

@@ -162,7 +162,7 @@ std::string IndexOf(const TensorView& t, int64_t flat) {
 
 struct Target {
   const char* name;
-  std::vector<uint8_t> Case::*buf;
+  Bytes Case::*buf;
   TensorView Inputs::*view;
 };
 const Target kTensors[] = {{"query", &Case::query, &Inputs::query},       {"key", &Case::key, &Inputs::key},

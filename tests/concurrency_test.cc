@@ -33,7 +33,7 @@ struct Job {
 struct Result {
   bool ok = false;
   std::string message;
-  std::vector<uint8_t> out, state;
+  Bytes out, state;
   bool operator==(const Result&) const = default;
 };
 
@@ -68,9 +68,9 @@ std::vector<Job> Jobs() {
 Result RunDecode(Case& c, const Options& opt) {
   const CaseSpec& s = c.spec;
   const int64_t N = static_cast<int64_t>(s.lens.size()), esize = static_cast<int64_t>(DTypeSize(s.dtype));
-  std::vector<uint8_t> q, k, v, beta, g;
+  Bytes q, k, v, beta, g;
   std::vector<int32_t> idx;
-  auto take = [](std::vector<uint8_t>& dst, const std::vector<uint8_t>& src, int64_t row, int64_t row_bytes) {
+  auto take = [](Bytes& dst, const Bytes& src, int64_t row, int64_t row_bytes) {
     dst.insert(dst.end(), src.begin() + row * row_bytes, src.begin() + (row + 1) * row_bytes);
   };
   int64_t first = 0;  // first token of sequence b

@@ -12,7 +12,7 @@ namespace cgdr::testing {
 namespace {
 
 struct Outputs2 {
-  std::vector<uint8_t> out, state;
+  Bytes out, state;
 };
 
 Outputs2 RunWith(const CaseSpec& spec, const Options& opt) {
@@ -52,7 +52,7 @@ TEST(Determinism, BitwiseAcrossThreadsAndVTilesEveryTargetEveryAlgo) {
   });
 }
 
-double MaxAbsDiff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+double MaxAbsDiff(const Bytes& a, const Bytes& b) {
   const auto* x = reinterpret_cast<const float*>(a.data());
   const auto* y = reinterpret_cast<const float*>(b.data());
   double m = 0;

@@ -18,13 +18,13 @@ namespace cgdr::testing {
 namespace {
 
 // Sets element i of a buffer of dtype t to f(i).
-void Fill(std::vector<uint8_t>& buf, DType t, const std::function<float(int64_t)>& f) {
+void Fill(Bytes& buf, DType t, const std::function<float(int64_t)>& f) {
   const int64_t n = static_cast<int64_t>(buf.size() / DTypeSize(t));
   for (int64_t i = 0; i < n; ++i) StoreFromF32(buf.data(), t, i, f(i));
 }
 
 // Multiplies every element by s (in f32, then rounded to t).
-void Scale(std::vector<uint8_t>& buf, DType t, float s) {
+void Scale(Bytes& buf, DType t, float s) {
   const int64_t n = static_cast<int64_t>(buf.size() / DTypeSize(t));
   for (int64_t i = 0; i < n; ++i) StoreFromF32(buf.data(), t, i, LoadAsF32(buf.data(), t, i) * s);
 }

@@ -27,8 +27,8 @@ class Guarded {
  public:
   Guarded(size_t bytes, size_t elem) : pre_(4096 + 3 * elem), bytes_(bytes), mem_(pre_ + bytes + 4096 + 5 * elem, kSentinel) {}
   void* data() { return mem_.data() + pre_; }
-  std::vector<uint8_t> payload() const { return {mem_.begin() + pre_, mem_.begin() + pre_ + bytes_}; }
-  void set_payload(const std::vector<uint8_t>& p) { std::memcpy(data(), p.data(), p.size()); }
+  Bytes payload() const { return {mem_.begin() + pre_, mem_.begin() + pre_ + bytes_}; }
+  void set_payload(const Bytes& p) { std::memcpy(data(), p.data(), p.size()); }
   // Offset of the first damaged guard byte, or -1.
   int64_t FirstDamagedGuard() const {
     for (size_t i = 0; i < mem_.size(); ++i) {
@@ -39,7 +39,7 @@ class Guarded {
 
  private:
   size_t pre_, bytes_;
-  std::vector<uint8_t> mem_;
+  Bytes mem_;
 };
 
 struct Shape {
@@ -71,7 +71,7 @@ CaseSpec SpecOf(const Shape& sh, const DTypes& dt) {
 }
 
 // All input bytes, to prove the run did not write into them.
-std::vector<std::vector<uint8_t>> InputBytes(const Case& c) {
+std::vector<Bytes> InputBytes(const Case& c) {
   return {c.query, c.key, c.value, c.beta, c.g, c.initial_state};
 }
 
@@ -202,7 +202,7 @@ struct DecodeCase {
   int64_t N = 4, P = 7, Nk = 1, Nv = 3, Dk = 37, Dv = 21;
   DType dtype, pool_dtype;
   StateLayout layout;
-  std::vector<uint8_t> q, k, v, beta, g, pool;
+  Bytes q, k, v, beta, g, pool;
   std::vector<int32_t> idx{5, -1, 0, 2};  // rows 1, 3, 4, 6 are never named
 
   DecodeCase(DType dt, DType pool_dt, StateLayout l) : dtype(dt), pool_dtype(pool_dt), layout(l) {
@@ -213,8 +213,8 @@ struct DecodeCase {
     g = Filled(N * Nv, DType::kF32, -0.01f);
     pool = Filled(P * Nv * Dk * Dv, pool_dtype, 0.11f);
   }
-  static std::vector<uint8_t> Filled(int64_t n, DType t, float step) {
-    std::vector<uint8_t> b(static_cast<size_t>(n) * DTypeSize(t));
+  static Bytes Filled(int64_t n, DType t, float step) {
+    Bytes b(static_cast<size_t>(n) * DTypeSize(t));
     for (int64_t i = 0; i < n; ++i) StoreFromF32(b.data(), t, i, step * static_cast<float>((i * 37) % 17 - 8) / 8.0f);
     return b;
   }
@@ -244,13 +244,13 @@ TEST(GuardBand, DecodeStatePoolEveryTarget) {
       DecodeCase dc(dt.dtype, dt.state, dt.layout);
       const size_t out_bytes = static_cast<size_t>(dc.N * dc.Nv * dc.Dv) * DTypeSize(dt.dtype);
       // Reference: the same step into ordinary buffers.
-      std::vector<uint8_t> plain_pool = dc.pool, plain_out(out_bytes, 0);
+      Bytes plain_pool = dc.pool, plain_out(out_bytes, 0);
       ASSERT_TRUE(DecodeStep(dc.Inputs(plain_pool.data()),
                              {TensorView(plain_out.data(), dt.dtype, {dc.N, dc.Nv, dc.Dv})}, dc.Opts()).ok());
 
       Guarded pool(dc.pool.size(), DTypeSize(dt.state)), out(out_bytes, DTypeSize(dt.dtype));
       pool.set_payload(dc.pool);
-      const auto inputs_before = std::vector<std::vector<uint8_t>>{dc.q, dc.k, dc.v, dc.beta, dc.g};
+      const auto inputs_before = std::vector<Bytes>{dc.q, dc.k, dc.v, dc.beta, dc.g};
       const std::string label = target + " " + DTypeName(dt.dtype) + " pool " + DTypeName(dt.state);
       const Status s = DecodeStep(dc.Inputs(pool.data()), {TensorView(out.data(), dt.dtype, {dc.N, dc.Nv, dc.Dv})},
                                   dc.Opts());
@@ -258,7 +258,7 @@ TEST(GuardBand, DecodeStatePoolEveryTarget) {
       EXPECT_EQ(pool.FirstDamagedGuard(), -1) << label << ": pool written outside its bytes";
       EXPECT_EQ(out.FirstDamagedGuard(), -1) << label << ": out written outside its bytes";
       EXPECT_EQ(out.payload(), plain_out) << label;
-      const std::vector<uint8_t> after = pool.payload();
+      const Bytes after = pool.payload();
       EXPECT_EQ(after, plain_pool) << label;
       // Rows no index names keep every byte; named rows changed.
       const size_t row = after.size() / static_cast<size_t>(dc.P);
@@ -267,7 +267,7 @@ TEST(GuardBand, DecodeStatePoolEveryTarget) {
         const bool same = std::memcmp(after.data() + r * row, dc.pool.data() + r * row, row) == 0;
         EXPECT_EQ(same, !named) << label << ": pool row " << r;
       }
-      EXPECT_TRUE((std::vector<std::vector<uint8_t>>{dc.q, dc.k, dc.v, dc.beta, dc.g}) == inputs_before) << label;
+      EXPECT_TRUE((std::vector<Bytes>{dc.q, dc.k, dc.v, dc.beta, dc.g}) == inputs_before) << label;
     }
   });
 }

@@ -243,6 +243,31 @@ TEST(Plan, PrecisionCostMovesThePickToTheRecurrence) {
   EXPECT_LT(c16_x3, 6.0 * c16_fp32);  // the per-chunk fixed cost is not scaled
 }
 
+// Streaming stores for out: chunked plans whose out reaches the profile's
+// threshold (the kernel checks the alignment on the data); never C = 1.
+TEST(Plan, StreamsLargeOutputsOfChunkedPlans) {
+  const auto streams = [](int64_t T, Algo algo, int64_t threshold) {
+    Problem p = MakeProblem({T}, 16, 32, 128, 128, 2, algo);
+    p.dtype = DType::kF16;
+    MachineProfile prof;
+    prof.stream_out_bytes = threshold;
+    Plan plan;
+    EXPECT_TRUE(MakePlan(p, prof, &plan).ok());
+    return plan.stream_out;
+  };
+  const int64_t out_bytes_t8192 = 8192 * 32 * 128 * 2;
+  EXPECT_TRUE(streams(8192, Algo::kAuto, MachineProfile{}.stream_out_bytes));   // the flagship: 64 MiB
+  EXPECT_FALSE(streams(512, Algo::kAuto, MachineProfile{}.stream_out_bytes));   // 4 MiB
+  EXPECT_TRUE(streams(8192, Algo::kChunk64, out_bytes_t8192));
+  EXPECT_FALSE(streams(8192, Algo::kChunk64, out_bytes_t8192 + 1));
+  EXPECT_FALSE(streams(8192, Algo::kRecurrent, 0));
+  Problem p = MakeProblem({8192}, 16, 32, 128, 128, 2);
+  Plan plan;
+  ASSERT_TRUE(MakePlan(p, MachineProfile{}, &plan).ok());
+  EXPECT_NE(PlanToString(plan).find("stream_out=1"), std::string::npos);
+  EXPECT_NE(PlanToString(plan).find("written past the caches"), std::string::npos);
+}
+
 TEST(Plan, PrintsChoicesAndReasons) {
   Plan plan;
   ASSERT_TRUE(MakePlan(MakeProblem({8192}, 16, 32, 128, 128, 2), MachineProfile{}, &plan).ok());

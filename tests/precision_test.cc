@@ -174,7 +174,7 @@ TEST(Precision, BitwiseAcrossThreadsAndVTilesEveryMode) {
   };
   for (Precision p : kModes) {
     for (Algo a : {Algo::kChunk16, Algo::kChunk64}) {
-      std::vector<uint8_t> out0, state0;
+      Bytes out0, state0;
       bool first = true;
       for (const Split split : {Split{1, 0}, Split{2, 16}, Split{5, 0}, Split{3, 32}}) {
         Case c = MakeCase(spec);
@@ -342,7 +342,7 @@ TEST(Precision, EmulationBitExactWithHardwareRuns) {
   hwy::SetSupportedTargetsForTest(0);
   for (Precision p : {Precision::kBf16, Precision::kBf16x3, Precision::kBf16x4}) {
     for (Algo a : kChunked) {
-      std::vector<uint8_t> out[2], state[2];
+      Bytes out[2], state[2];
       for (int hw = 0; hw < 2; ++hw) {
         SetBf16HardwareForTest(hw);
         Case c = MakeCase(spec);
@@ -363,7 +363,7 @@ TEST(Precision, EmulationBitExactWithHardwareRuns) {
 // fp32 is the default and the other modes really change the arithmetic.
 TEST(Precision, ModesDiffer) {
   const CaseSpec spec = OddSpec(DType::kF32);
-  std::vector<uint8_t> outs[4];
+  Bytes outs[4];
   for (int i = 0; i < 4; ++i) {
     Case c = MakeCase(spec);
     Options opt = c.options();

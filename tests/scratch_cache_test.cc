@@ -90,7 +90,7 @@ void ExpectPoisonedReuseChangesNothing(const CaseSpec& spec, Options opt, const 
   testing_hooks::PoisonReusedScratch(false);
   testing_hooks::DropCachedScratch();
   ASSERT_TRUE(cgdr::Run(c.inputs(), c.outputs(), opt).ok()) << label;  // fresh buffers
-  const std::vector<uint8_t> out = c.out, state = c.final_state;
+  const Bytes out = c.out, state = c.final_state;
   testing_hooks::PoisonReusedScratch(true);
   std::memset(c.out.data(), 0, c.out.size());
   ASSERT_TRUE(cgdr::Run(c.inputs(), c.outputs(), opt).ok()) << label;  // the same buffers, NaN-filled

@@ -126,7 +126,7 @@ TEST(Validate, OptionsAndAliasing) {
 }
 
 TEST(Validate, CheckValuesFindsTheFirstBadElement) {
-  auto poison = [](Fixture& f, std::vector<uint8_t>& buf, int64_t index, float v) {
+  auto poison = [](Fixture& f, Bytes& buf, int64_t index, float v) {
     reinterpret_cast<float*>(buf.data())[index] = v;
     f.opt.check_values = true;
   };

@@ -16,9 +16,9 @@ namespace {
 // may. The kernel reads rows 4-8 KiB apart (strided by heads): on 4 KiB pages
 // every row of a chunk is its own TLB entry. Where THP is off, the advice is
 // ignored and nothing else changes.
-std::vector<uint8_t> Alloc(int64_t n, DType t) {
+Bytes Alloc(int64_t n, DType t) {
   const size_t bytes = static_cast<size_t>(n) * DTypeSize(t);
-  std::vector<uint8_t> v;
+  Bytes v;
   v.reserve(bytes);
   const uintptr_t lo = (reinterpret_cast<uintptr_t>(v.data()) + 4095) & ~uintptr_t{4095};
   const uintptr_t hi = (reinterpret_cast<uintptr_t>(v.data()) + bytes) & ~uintptr_t{4095};
@@ -28,7 +28,7 @@ std::vector<uint8_t> Alloc(int64_t n, DType t) {
 }
 
 // Fills rows of length `n` with unit-norm (or raw, if !unit) random rows.
-void FillRows(std::vector<uint8_t>& buf, DType t, int64_t rows, int64_t n, bool unit, std::mt19937_64& rng) {
+void FillRows(Bytes& buf, DType t, int64_t rows, int64_t n, bool unit, std::mt19937_64& rng) {
   std::normal_distribution<double> nd(0.0, 1.0);
   std::vector<double> row(static_cast<size_t>(n));
   for (int64_t r = 0; r < rows; ++r) {
@@ -39,7 +39,7 @@ void FillRows(std::vector<uint8_t>& buf, DType t, int64_t rows, int64_t n, bool 
   }
 }
 
-void FillUniform(std::vector<uint8_t>& buf, DType t, int64_t n, double lo, double hi, std::mt19937_64& rng) {
+void FillUniform(Bytes& buf, DType t, int64_t n, double lo, double hi, std::mt19937_64& rng) {
   std::uniform_real_distribution<double> ud(lo, hi);
   for (int64_t i = 0; i < n; ++i) StoreFromF32(buf.data(), t, i, static_cast<float>(ud(rng)));
 }

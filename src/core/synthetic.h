@@ -2,7 +2,9 @@
 // g <= 0) owning their buffers. Used by the demo, the bench, tests and fuzzers.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "cgdr/cgdr.hpp"
@@ -25,10 +27,27 @@ struct CaseSpec {
   uint64_t seed = 1;
 };
 
+// Storage on 64-byte lines, as torch and most allocators of large tensors
+// give (malloc's large blocks start 16 bytes into a page): the kernel's
+// streaming stores of out need line-aligned rows (Plan::stream_out).
+template <class T>
+struct LineAlignedAllocator {
+  using value_type = T;
+  static constexpr std::align_val_t kAlign{64};
+  LineAlignedAllocator() = default;
+  template <class U>
+  LineAlignedAllocator(const LineAlignedAllocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
+  void deallocate(T* p, size_t) { ::operator delete(p, kAlign); }
+  template <class U>
+  bool operator==(const LineAlignedAllocator<U>&) const { return true; }
+};
+using Bytes = std::vector<uint8_t, LineAlignedAllocator<uint8_t>>;
+
 struct Case {
   CaseSpec spec;
   int64_t T = 0;
-  std::vector<uint8_t> query, key, value, beta, g, initial_state, out, final_state;
+  Bytes query, key, value, beta, g, initial_state, out, final_state;
   std::vector<int32_t> seq_lens;
 
   Inputs inputs();     // views into the buffers above

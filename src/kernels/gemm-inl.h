@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "cgdr/cgdr.hpp"
 #include "hwy/highway.h"
@@ -39,7 +40,14 @@ struct TensorRows {
   void* at = nullptr;  // null: none
   int64_t stride = 0;  // bytes
   DType dtype = DType::kF32;
+  // Stores may stream past the caches (Plan::stream_out). Set only on rows
+  // whose start and stride are multiples of kLineBytes; a tile streams only
+  // where each of its rows covers whole lines (TileFillsLines), so no line
+  // is written in parts at different times.
+  bool stream = false;
 };
+
+constexpr int64_t kLineBytes = 64;
 
 // What a segment's chains become at its end, row i of C: acc = scale[i] * acc,
 // plus add[i][:] when add is set, or plus add_scale[i] * (row i of add_rows
@@ -246,16 +254,32 @@ HWY_INLINE void ApplyRowEpilogue(DF d, const RowEpilogue& e, int64_t r0, int64_t
   }
 }
 
-// The block stored into rows of kT (round to nearest even).
+// Whether a block of NV vectors of columns, stored as kT, covers whole
+// 64-byte lines in each row (given a line-aligned start).
+template <DType kT, int NV>
+constexpr bool TileFillsLines() {
+  return kStreamableAs<kT> && (NV * static_cast<int64_t>(hn::MaxLanes(DF())) * kDTypeBytes<kT>) % kLineBytes == 0;
+}
+
+// The block stored into rows of kT (round to nearest even); with streaming
+// stores where the rows ask for them and the block fills whole lines.
 template <DType kT, int R, int NV>
 HWY_INLINE void StoreTileAs(DF d, const VF (&acc)[R][NV], const TensorRows& rows, int64_t r0, int64_t c0) {
   const size_t N = hn::Lanes(d);
+  const auto store_rows = [&](auto stream) {
 #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) {
-    void* row = static_cast<uint8_t*>(rows.at) + (r0 + r) * rows.stride;
+    for (int r = 0; r < R; ++r) {
+      void* row = static_cast<uint8_t*>(rows.at) + (r0 + r) * rows.stride;
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) StoreVectorAs<kT>(d, acc[r][v], row, c0 + static_cast<int64_t>(v * N));
+      for (int v = 0; v < NV; ++v) {
+        StoreVectorAs<kT, decltype(stream)::value>(d, acc[r][v], row, c0 + static_cast<int64_t>(v * N));
+      }
+    }
+  };
+  if constexpr (TileFillsLines<kT, NV>()) {
+    if (rows.stream) return store_rows(std::true_type{});
   }
+  store_rows(std::false_type{});
 }
 
 // Stores the block into C (or the job's out_rows) and, when the job asks for

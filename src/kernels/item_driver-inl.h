@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cgdr/plan.hpp"
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/chunk-inl.h"
 #include "kernels/gemm-inl.h"
@@ -51,7 +52,22 @@ struct ItemView {
   int64_t hk;          // query/key head of value head it->head (grouped heads)
   int64_t state_base;  // element offset of state (seq, head)
   Precision plan_precision;  // plan.precision: arithmetic of the chunked products
+  bool stream_out;           // out's rows take streaming stores (StreamsOutput)
 };
+
+// Whether this call writes out with streaming stores (Plan::stream_out): only
+// on rows that start on a line (base, head and V tile offsets, row stride)
+// and where the register blocks of 64-column panels fill whole lines as
+// out's dtype; else normal stores, and out is prefetched for writing.
+HWY_INLINE bool StreamsOutput(const Plan& plan, const TensorView& out) {
+  const Problem& p = plan.problem;
+  const int64_t esize = static_cast<int64_t>(DTypeSize(out.dtype));
+  const bool lines = reinterpret_cast<uintptr_t>(out.data) % kLineBytes == 0 && (p.Dv * esize) % kLineBytes == 0 &&
+                     (plan.v_step * esize) % kLineBytes == 0;
+  bool fills = false;
+  ForDType(out.dtype, [&](auto tag) { fills = TileFillsLines<decltype(tag)::value, kBlockVecs>(); });
+  return plan.stream_out && lines && fills;
+}
 
 // The vk layout stores the state transposed ([Dv][Dk]: one row per V
 // column). It moves through L.line a vector's worth of rows at a time: N rows
@@ -182,7 +198,8 @@ HWY_INLINE ChunkTensors ItemTensors(const ItemView& iv, int64_t t) {
   const TensorView& out = iv.out->out;
   ChunkTensors io;
   io.v = TensorRows{const_cast<void*>(At(v, first)), p.Nv * p.Dv * static_cast<int64_t>(DTypeSize(v.dtype)), v.dtype};
-  io.out = TensorRows{AtMut(out, first), p.Nv * p.Dv * static_cast<int64_t>(DTypeSize(out.dtype)), out.dtype};
+  io.out = TensorRows{AtMut(out, first), p.Nv * p.Dv * static_cast<int64_t>(DTypeSize(out.dtype)), out.dtype,
+                      iv.stream_out};
   io.width = iv.it->v_width;
   return io;
 }
@@ -229,7 +246,8 @@ struct SharedKSide {
 
 // Rows [t, t + n) of q, k, v, out, beta and g for all heads of a group
 // (consecutive (seq, head, tile) items in plan order), queued for prefetching into L2
-// while this chunk computes (prefetch.h). `out` is queued for writing.
+// while this chunk computes (prefetch.h). `out` is queued for writing, unless
+// its stores stream past the caches.
 HWY_INLINE void QueueGroupChunk(const ItemView* views, int64_t count, int64_t t, int64_t n, PrefetchQueue* queue) {
   if (n <= 0) return;
   const Problem& p = *views[0].p;
@@ -245,7 +263,7 @@ HWY_INLINE void QueueGroupChunk(const ItemView* views, int64_t count, int64_t t,
   add(in.query, (t * p.Nk + hk0) * p.Dk, p.Nk * p.Dk, (hk1 - hk0 + 1) * p.Dk, false);
   add(in.key, (t * p.Nk + hk0) * p.Dk, p.Nk * p.Dk, (hk1 - hk0 + 1) * p.Dk, false);
   add(in.value, t * p.Nv * p.Dv + v_first, p.Nv * p.Dv, v_last - v_first, false);
-  add(views[0].out->out, t * p.Nv * p.Dv + v_first, p.Nv * p.Dv, v_last - v_first, true);
+  if (!views[0].stream_out) add(views[0].out->out, t * p.Nv * p.Dv + v_first, p.Nv * p.Dv, v_last - v_first, true);
   add(in.beta, t * p.Nv + a.head, p.Nv, z.head - a.head + 1, false);
   if (p.has_g) add(in.g, t * p.Nv + a.head, p.Nv, z.head - a.head + 1, false);
 }
@@ -338,10 +356,12 @@ void BucketDriver<kDkPad>::RunGroup(const Plan& plan, const Inputs& in, const Ou
   const Problem& p = plan.problem;
   const float scale = static_cast<float>(p.scale);
   const int64_t group = p.Nv / p.Nk;
+  const bool stream_out = StreamsOutput(plan, out.out);
   ItemView views[kMaxGroupItems];
   for (int64_t g = 0; g < count; ++g) {
     const WorkItem& it = plan.items[items[g]];
-    views[g] = ItemView{&p, &in, &out, &it, it.head / group, (it.seq * p.Nv + it.head) * p.Dk * p.Dv, plan.precision};
+    const int64_t state_base = (it.seq * p.Nv + it.head) * p.Dk * p.Dv;
+    views[g] = ItemView{&p, &in, &out, &it, it.head / group, state_base, plan.precision, stream_out};
     LoadStateTile(views[g], L, base, L.StateTile(base, g));
   }
   const WorkItem& first = plan.items[items[0]];
@@ -369,6 +389,7 @@ void BucketDriver<kDkPad>::RunGroup(const Plan& plan, const Inputs& in, const Ou
     next_chunk.Drain();
   }
   for (int64_t g = 0; g < count; ++g) StoreStateTile(views[g], L, base, L.StateTile(base, g));
+  if (stream_out) hwy::FlushStream();  // streaming stores ordered before the thread reports the group done
 }
 
 }  // namespace HWY_NAMESPACE

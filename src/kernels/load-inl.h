@@ -100,15 +100,31 @@ HWY_INLINE void LoadRow(const void* src, DType t, int64_t n, float* HWY_RESTRICT
   ForDType(t, [&](auto tag) { LoadRowAs<decltype(tag)::value>(src, n, dst, n_pad); });
 }
 
+// Whether StoreVectorAs<kT, true> writes with one streaming store here
+// (f16 without F16C converts lane by lane).
+template <DType kT>
+constexpr bool kStreamableAs = kT != DType::kF16 || HWY_TARGET <= HWY_AVX2;
+
 // The lanes of v stored as kT at element i of dst (round to nearest even).
-template <DType kT, class D>
+// kStream (only where kStreamableAs<kT>): a streaming store past the caches;
+// dst + i must then be aligned to the stored vector's bytes.
+template <DType kT, bool kStream = false, class D>
 HWY_INLINE void StoreVectorAs(D d, hn::Vec<D> v, void* HWY_RESTRICT dst, int64_t i) {
+  static_assert(!kStream || kStreamableAs<kT>, "no vector store of this dtype on this target");
+  const auto store = [](auto vec, auto dv, auto* p) {
+    if constexpr (kStream) {
+      hn::Stream(vec, dv, p);
+    } else {
+      hn::StoreU(vec, dv, p);
+    }
+  };
   if constexpr (kT == DType::kF32) {
-    hn::StoreU(v, d, static_cast<float*>(dst) + i);
+    store(v, d, static_cast<float*>(dst) + i);
   } else if constexpr (kT == DType::kF16) {
 #if HWY_TARGET <= HWY_AVX2
     const hn::Rebind<hwy::float16_t, D> df16;
-    hn::StoreU(hn::DemoteTo(df16, v), df16, static_cast<hwy::float16_t*>(dst) + i);
+    const hn::Rebind<uint16_t, D> du16;
+    store(hn::BitCast(du16, hn::DemoteTo(df16, v)), du16, static_cast<uint16_t*>(dst) + i);
 #else
     HWY_ALIGN float lanes[hn::MaxLanes(d)];  // no F16C: the portable converter
     hn::Store(v, d, lanes);
@@ -119,7 +135,7 @@ HWY_INLINE void StoreVectorAs(D d, hn::Vec<D> v, void* HWY_RESTRICT dst, int64_t
     // Bf16Bits: the rounding of F32ToBF16 (nearest even, NaN kept) in registers.
     const hn::Rebind<uint16_t, D> du16;
     const VU32 bits = Bf16Bits(hn::BitCast(DU32(), v));  // < 2^16: the i32 demote is exact
-    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(DI32(), bits)), du16, static_cast<uint16_t*>(dst) + i);
+    store(hn::DemoteTo(du16, hn::BitCast(DI32(), bits)), du16, static_cast<uint16_t*>(dst) + i);
   }
 }
 

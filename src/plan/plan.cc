@@ -210,6 +210,11 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
   }
 
   FormGroups(prof, &out);
+  const int64_t out_bytes = p.T * p.Nv * p.Dv * static_cast<int64_t>(DTypeSize(p.dtype));
+  out.stream_out = out.chunk > 1 && out_bytes >= prof.stream_out_bytes;
+  if (out.stream_out) {
+    why << "; out (" << out_bytes << " B >= " << prof.stream_out_bytes << " B) written past the caches";
+  }
   const bool packed = out.precision != Precision::kFp32 && out.chunk > 1;
   out.scratch_bytes_per_thread = ScratchLayout(out.chunk, out.dk_padded, w, out.group_items, packed).bytes();
 
@@ -307,7 +312,8 @@ std::string PlanToString(const Plan& plan) {
      << (plan.chunk == 1 ? "recurrent" : "chunk" + std::to_string(plan.chunk))
      << " bucket=" << (plan.dk_bucket ? std::to_string(plan.dk_bucket) : std::string("generic"))
      << " dk_padded=" << plan.dk_padded << " vStep=" << plan.v_step << " vTiles=" << plan.v_tiles
-     << " items=" << plan.items.size() << " group=" << plan.group_items << " threads=" << plan.threads
+     << " items=" << plan.items.size() << " group=" << plan.group_items << " stream_out=" << plan.stream_out
+     << " threads=" << plan.threads
      << " precision=" << PrecisionName(plan.precision) << " scratch_per_thread=" << plan.scratch_bytes_per_thread << " target=" << ActiveTarget() << "\n";
   os << "why: " << plan.why << "\n";
   int64_t smallest = plan.groups() ? plan.group_items : 0, largest = 0;

@@ -32,6 +32,8 @@ MachineProfile LoadProfile() {
     read.l1_bytes = j.value("l1_bytes", prof.l1_bytes);
     read.l1_miss_factor = j.value("l1_miss_factor", prof.l1_miss_factor);
     read.chunk_fixed_cost = j.value("chunk_fixed_cost", prof.chunk_fixed_cost);
+    read.stream_out_bytes = j.value("stream_out_bytes", prof.stream_out_bytes);  // optional
+    if (read.stream_out_bytes < 0) return prof;
     if (read.l1_bytes < 1024 || !(read.l1_miss_factor >= 1.0) || !(read.chunk_fixed_cost >= 0.0)) return prof;
     const auto& sc = j.at("state_fma_cost");
     const auto& ic = j.at("inchunk_fma_cost");
