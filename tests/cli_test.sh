@@ -216,11 +216,14 @@ section_plan() {
 # cost moves the plan's pick to C = 1 (FP32 products) where the chunked
 # products are slower; a profile saying they cost as much keeps C = 16; a
 # broken one falls back to the built-in defaults; tune writes one plan reads.
+# stream_out_bytes (optional) moves the size from which out is streamed.
 section_profile() {
   local flagship="plan --t 8192 --nk 16 --nv 32 --dk 128 --dv 128 --threads 2"
   export CGDR_PROFILE="$W/absent.json"
   expect_ok "plan fp32" "$CGDR" $flagship
-  for word in "chunk=16" "profile: built-in defaults"; do expect_stdout_has "plan fp32" "$word"; done
+  for word in "chunk=16" "profile: built-in defaults" "stream_out=1" "written past the caches"; do
+    expect_stdout_has "plan fp32" "$word"
+  done
   expect_ok "plan bf16x3" "$CGDR" $flagship --precision bf16x3
   for word in "chunk=1 " "cost 6.1x fp32's" "C=1 keeps FP32 products"; do expect_stdout_has "plan bf16x3" "$word"; done
   expect_ok "plan bf16x3 forced" "$CGDR" $flagship --precision bf16x3 --algo chunk16
@@ -230,6 +233,9 @@ section_profile() {
   echo "{$costs, \"precision_cost\": [1, 1, 1, 1]}" >"$W/even.json"
   CGDR_PROFILE="$W/even.json" expect_ok "plan even profile" "$CGDR" $flagship --precision bf16x3
   for word in "chunk=16" "profile: $W/even.json"; do expect_stdout_has "plan even profile" "$word"; done
+  echo "{$costs, \"stream_out_bytes\": 1000000000000}" >"$W/no_stream.json"
+  CGDR_PROFILE="$W/no_stream.json" expect_ok "plan no_stream profile" "$CGDR" $flagship
+  for word in "stream_out=0" "profile: $W/no_stream.json"; do expect_stdout_has "plan no_stream profile" "$word"; done
   echo "{$costs, \"precision_cost\": [1, -2, 1, 1]}" >"$W/broken.json"
   CGDR_PROFILE="$W/broken.json" expect_ok "plan broken profile" "$CGDR" $flagship --precision bf16x3
   for word in "chunk=1 " "profile: built-in defaults"; do expect_stdout_has "plan broken profile" "$word"; done
