@@ -189,6 +189,11 @@ TEST(Plan, CheckPlanCatchesBrokenPlans) {
   twice.group_items += 1;
   twice.scratch_bytes_per_thread *= 2;
   EXPECT_FALSE(CheckPlan(twice).ok());
+  Plan streamed_recurrence = plan;  // C = 1 never streams out
+  streamed_recurrence.chunk = 1;
+  EXPECT_TRUE(CheckPlan(streamed_recurrence).ok());
+  streamed_recurrence.stream_out = true;
+  EXPECT_FALSE(CheckPlan(streamed_recurrence).ok());
 }
 
 // Empty sequences need items only to write their final state: a million of

@@ -234,6 +234,7 @@ Status CheckPlan(const Plan& plan) {
   if (plan.v_step < 1 || plan.v_step > kMaxHeadDim) return fail("v_step " + std::to_string(plan.v_step));
   if (plan.threads < 1) return fail("threads " + std::to_string(plan.threads));
   if (plan.group_items < 1 || plan.group_items > kMaxGroupItems) return fail("group_items " + std::to_string(plan.group_items));
+  if (plan.stream_out && plan.chunk == 1) return fail("stream_out with chunk 1 (C = 1 writes out token by token)");
   if (plan.scratch_bytes_per_thread <
       ScratchLayout(plan.chunk, plan.dk_padded, plan.v_step, plan.group_items,
                     plan.precision != Precision::kFp32 && plan.chunk > 1).bytes()) {
