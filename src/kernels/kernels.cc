@@ -38,8 +38,7 @@ void RunGroupForBucket(const Plan& plan, const Inputs& in, const Outputs& out, i
 }
 
 Status ExecuteImpl(const Plan& plan, const Inputs& in, const Outputs& out) {
-  const ScratchLayout L(plan.chunk, plan.dk_padded, plan.v_step, plan.group_items,
-                        plan.precision != Precision::kFp32 && plan.chunk > 1);
+  const ScratchLayout L = KernelScratch(plan);
   if (plan.group_items < 1 || plan.group_items > kMaxGroupItems) {
     return Status(Code::kInternal, "plan.group_items outside [1, kMaxGroupItems]");
   }

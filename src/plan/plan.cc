@@ -215,8 +215,7 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
   if (out.stream_out) {
     why << "; out (" << out_bytes << " B >= " << prof.stream_out_bytes << " B) written past the caches";
   }
-  const bool packed = out.precision != Precision::kFp32 && out.chunk > 1;
-  out.scratch_bytes_per_thread = ScratchLayout(out.chunk, out.dk_padded, w, out.group_items, packed).bytes();
+  out.scratch_bytes_per_thread = KernelScratch(out).bytes();
 
   out.why = why.str();
   *plan = std::move(out);
@@ -235,9 +234,7 @@ Status CheckPlan(const Plan& plan) {
   if (plan.threads < 1) return fail("threads " + std::to_string(plan.threads));
   if (plan.group_items < 1 || plan.group_items > kMaxGroupItems) return fail("group_items " + std::to_string(plan.group_items));
   if (plan.stream_out && plan.chunk == 1) return fail("stream_out with chunk 1 (C = 1 writes out token by token)");
-  if (plan.scratch_bytes_per_thread <
-      ScratchLayout(plan.chunk, plan.dk_padded, plan.v_step, plan.group_items,
-                    plan.precision != Precision::kFp32 && plan.chunk > 1).bytes()) {
+  if (plan.scratch_bytes_per_thread < KernelScratch(plan).bytes()) {
     return fail("scratch smaller than the kernel's layout");
   }
   // Coverage: for every (seq, head) with work, its items tile [0, Dv) once,

@@ -1,9 +1,11 @@
 // The carve-up of one thread's scratch buffer. Planner and kernel both derive
-// it from the same four numbers, so the planner's byte count and the kernel's
-// use cannot drift apart (the seeds' UB accounting missed a buffer: 002 s.5).
+// it from the plan through KernelScratch, so the planner's byte count and the
+// kernel's use cannot drift apart (the seeds' UB accounting missed a buffer: 002 s.5).
 #pragma once
 
 #include <cstdint>
+
+#include "cgdr/plan.hpp"
 
 namespace cgdr {
 
@@ -96,5 +98,13 @@ struct ScratchLayout {
   int64_t tile_floats() const { return dk_pad * w_pad; }
   float* StateTile(float* base, int64_t i) const { return base + state + i * tile_floats(); }
 };
+
+// The layout the kernel carves for a plan (bf16 pack buffers for the chunked
+// products in the bf16 modes): the planner sizes scratch_bytes_per_thread by
+// it, CheckPlan checks that size against it, and the kernel uses it.
+inline ScratchLayout KernelScratch(const Plan& plan) {
+  const bool packed = plan.precision != Precision::kFp32 && plan.chunk > 1;
+  return ScratchLayout(plan.chunk, plan.dk_padded, plan.v_step, plan.group_items, packed);
+}
 
 }  // namespace cgdr
