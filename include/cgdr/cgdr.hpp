@@ -13,7 +13,8 @@ namespace cgdr {
 enum class DType : uint8_t { kF16, kBF16, kF32, kI32 };
 
 const char* DTypeName(DType t);          // "f16", "bf16", "f32", "i32"
-size_t DTypeSize(DType t);               // bytes per element
+// Bytes per element (inline: the kernels ask it per chunk and panel).
+constexpr size_t DTypeSize(DType t) { return (t == DType::kF16 || t == DType::kBF16) ? 2 : 4; }
 bool ParseDType(const std::string& s, DType* out);
 
 // Non-owning view of a dense row-major tensor. `data == nullptr` marks an

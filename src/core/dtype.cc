@@ -13,8 +13,6 @@ const char* DTypeName(DType t) {
   return "?";
 }
 
-size_t DTypeSize(DType t) { return (t == DType::kF16 || t == DType::kBF16) ? 2 : 4; }
-
 bool ParseDType(const std::string& s, DType* out) {
   if (s == "f16" || s == "F16" || s == "float16") { *out = DType::kF16; return true; }
   if (s == "bf16" || s == "BF16" || s == "bfloat16") { *out = DType::kBF16; return true; }

@@ -39,37 +39,75 @@ class PrefetchQueue {
 
   // `fmas` multiply-adds done since the last call: issues the lines they pay for.
   void Credit(int64_t fmas) {
-    credit_ += fmas;
-    if (credit_ < fmas_per_line_) return;
-    Issue(credit_ / fmas_per_line_);
-    credit_ %= fmas_per_line_;
+    const int64_t lines = Paid(fmas);
+    if (lines > 0) Issue(lines);
   }
 
-  // Issues up to `lines` further lines, in order. Each row is covered from
-  // the line holding its first byte to the line holding its last.
+  // The lines that `fmas` more multiply-adds pay for; the remainder carries
+  // over. A tile pays for a few lines (1-9 on the flagship), counted by
+  // subtraction: a 64-bit division per tile cost more than it saved.
+  int64_t Paid(int64_t fmas) {
+    credit_ += fmas;
+    if (credit_ < fmas_per_line_) return 0;
+    if (next_ == count_) {  // all issued: nothing left to pay for
+      credit_ = 0;
+      return 0;
+    }
+    if (credit_ >= kMaxLinesCounted * fmas_per_line_) {
+      const int64_t lines = credit_ / fmas_per_line_;
+      credit_ %= fmas_per_line_;
+      return lines;
+    }
+    int64_t lines = 0;
+    do {
+      credit_ -= fmas_per_line_;
+      ++lines;
+    } while (credit_ >= fmas_per_line_);
+    return lines;
+  }
+
+  // Issues up to `lines` further lines, in order.
   void Issue(int64_t lines) {
-    for (; lines > 0 && next_ < count_; --lines) {
-      const Span& s = spans_[next_];
-      const uintptr_t row = reinterpret_cast<uintptr_t>(s.first + row_ * s.stride);
-      const uintptr_t line = (row & ~uintptr_t{63}) + static_cast<uintptr_t>(offset_);
-      if (s.write) {
+    Walk(lines, [](uintptr_t line, bool write) {
+      if (write) {
         __builtin_prefetch(reinterpret_cast<const void*>(line), 1, 2);
       } else {
         __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 2);
       }
-      offset_ += 64;
-      if (line + 64 >= row + static_cast<uintptr_t>(s.bytes)) {
-        offset_ = 0;
-        if (++row_ == s.rows) {
-          row_ = 0;
-          ++next_;
+    });
+  }
+
+  // Calls fetch(line address, write) for up to `lines` further lines, in
+  // order. Each row is covered from the line holding its first byte to the
+  // line holding its last. The cursor is kept in locals: as members it went
+  // to memory after every line.
+  template <class Fetch>
+  void Walk(int64_t lines, const Fetch& fetch) {
+    int next = next_;
+    int64_t row = row_, offset = offset_;
+    for (; lines > 0 && next < count_; --lines) {
+      const Span& s = spans_[next];
+      const uintptr_t first = reinterpret_cast<uintptr_t>(s.first + row * s.stride);
+      const uintptr_t line = (first & ~uintptr_t{63}) + static_cast<uintptr_t>(offset);
+      fetch(line, s.write);
+      offset += 64;
+      if (line + 64 >= first + static_cast<uintptr_t>(s.bytes)) {
+        offset = 0;
+        if (++row == s.rows) {
+          row = 0;
+          ++next;
         }
       }
     }
+    next_ = next;
+    row_ = row;
+    offset_ = offset;
   }
 
   // Everything not yet issued.
   void Drain() { Issue(INT64_MAX); }
+
+  int64_t total_lines() const { return total_lines_; }
 
  private:
   struct Span {
@@ -78,6 +116,7 @@ class PrefetchQueue {
     bool write;
   };
   static constexpr int kMaxSpans = 6;  // q, k, v, out, beta, g
+  static constexpr int64_t kMaxLinesCounted = 16;
   Span spans_[kMaxSpans] = {};
   int count_ = 0, next_ = 0;
   int64_t row_ = 0, offset_ = 0;

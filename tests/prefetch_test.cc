@@ -1,0 +1,95 @@
+// PrefetchQueue (kernels/prefetch.h): which lines it hands out, in what
+// order, and how many a given amount of work pays for. The prefetches are
+// hints, so a wrong queue would only cost speed; these tests see it anyway.
+#include "kernels/prefetch.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace cgdr {
+namespace {
+
+using Lines = std::vector<std::pair<uintptr_t, bool>>;  // (line address, write)
+
+// A buffer whose start lies on a 64-byte line; addresses are only computed.
+struct LineBuffer {
+  std::vector<uint8_t> bytes = std::vector<uint8_t>(1 << 16);
+  const uint8_t* base() const {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(bytes.data());
+    return bytes.data() + ((64 - p % 64) % 64);
+  }
+};
+
+// The lines of `rows` rows as the queue promises them: each row from the line
+// of its first byte to the line of its last.
+void ExpectRows(const uint8_t* first, int64_t stride, int64_t rows, int64_t bytes, bool write, Lines* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(first + r * stride);
+    for (uintptr_t line = a & ~uintptr_t{63}; line <= ((a + static_cast<uintptr_t>(bytes) - 1) & ~uintptr_t{63});
+         line += 64) {
+      out->emplace_back(line, write);
+    }
+  }
+}
+
+Lines Walked(PrefetchQueue* q, int64_t lines) {
+  Lines got;
+  q->Walk(lines, [&](uintptr_t line, bool write) { got.emplace_back(line, write); });
+  return got;
+}
+
+TEST(PrefetchQueue, WalksEveryLineOfEveryRowOnceInOrder) {
+  LineBuffer buf;
+  const uint8_t* b = buf.base();
+  PrefetchQueue q;
+  Lines want;
+  q.Add(b + 16, 1000, 3, 100, false);  // rows off their lines, 2-3 lines each
+  ExpectRows(b + 16, 1000, 3, 100, false, &want);
+  q.Add(b + 8192, 256, 2, 256, true);  // whole lines, for writing
+  ExpectRows(b + 8192, 256, 2, 256, true, &want);
+  q.Add(b + 20000 + 63, 64, 2, 2, false);  // 2 bytes across a line boundary
+  ExpectRows(b + 20000 + 63, 64, 2, 2, false, &want);
+
+  Lines got;
+  for (int64_t bite : {1, 3, 2, 5, 100}) {  // any bites give the same sequence
+    const Lines part = Walked(&q, bite);
+    EXPECT_LE(static_cast<int64_t>(part.size()), bite);
+    got.insert(got.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE(Walked(&q, 10).empty());  // nothing twice
+}
+
+TEST(PrefetchQueue, PaysOneLinePerPacedShareOfTheWork) {
+  LineBuffer buf;
+  PrefetchQueue q;
+  q.Add(buf.base(), 64, 100, 64, false);  // 100 lines
+  ASSERT_EQ(q.total_lines(), 100);
+  q.Pace(100 * 50);  // one line per 50 multiply-adds
+  int64_t credited = 0, walked = 0;
+  // Small credits (counted by subtraction; 80 leaves exactly two lines' worth),
+  // one of 16+ lines (divided), and more than the rest of the queue.
+  for (int64_t fmas : {30, 20, 70, 49, 1, 80, 900, 799, 26, 24, 5000, 50}) {
+    credited += fmas;
+    walked += static_cast<int64_t>(Walked(&q, q.Paid(fmas)).size());
+    EXPECT_EQ(walked, std::min<int64_t>(100, credited / 50)) << "after " << credited << " multiply-adds";
+  }
+  EXPECT_EQ(q.Paid(1000), 0);  // all issued: nothing more is paid for
+}
+
+TEST(PrefetchQueue, DrainIssuesTheRestAndExtraSpansAreDropped) {
+  LineBuffer buf;
+  PrefetchQueue q;
+  for (int i = 0; i < 7; ++i) q.Add(buf.base() + i * 4096, 128, 4, 128, false);  // the 7th is dropped
+  q.Add(buf.base(), 64, 0, 64, false);  // empty spans are ignored
+  q.Add(buf.base(), 64, 3, 0, false);
+  EXPECT_EQ(q.total_lines(), 6 * 4 * 2);
+  EXPECT_EQ(Walked(&q, 5).size(), 5u);
+  EXPECT_EQ(static_cast<int64_t>(Walked(&q, INT64_MAX).size()), q.total_lines() - 5);
+}
+
+}  // namespace
+}  // namespace cgdr
