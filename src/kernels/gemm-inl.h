@@ -176,13 +176,22 @@ struct Panels {
 // rows per block or it runs at half speed on the FMA latency; but not 16:
 // gcc 12 turned the 16 x 1 block into a loop that kept C in memory (2 FMAs
 // per load and store), and K K^T, Q K^T took 1.5x longer than with 8 x 1.
-// Rows a multiple of 4 (C = 16..128, Dk buckets) split into blocks of 4 with
-// no remainder; blocks of 5 (for 3 vectors) left rows that ran as 1 x 3
-// blocks, 3 chains on the FMA latency (Dv = 112, 1 thread: 2-6% slower).
+// Blocks of 5 rows (for 3 vectors) left rows that ran as 1 x 3 blocks, 3
+// chains on the FMA latency (Dv = 112, 1 thread: 2-6% slower); the rows
+// left after the full blocks now run as blocks of 4, then 2, then 1.
+// AVX-512's 4-vector panels (S and the chunk rows, 64 columns) take 6 rows:
+// 24 accumulators + 4 operands + 1 broadcast of the 32 registers, 10 loads
+// per 24 FMAs instead of 8 per 16, a third fewer tiles and passes over the
+// panel of S (X and O: 6 + 6 + 4 rows; in-process A/B on the flagship,
+// 6 x 4 / 4 x 4 time: 0.973-0.978 with 1 thread, 0.975 with 2). AVX2's
+// 2-vector panels likewise take 6 rows: 12 + 2 + 1 of its 16 registers
+// (0.938); SSE4, without FMA, needs registers for the products (6 x 2: 1.02).
 template <int NV>
 constexpr int RowsPerBlock() {
 #if HWY_TARGET <= HWY_AVX3
-  return NV <= 2 ? 8 : 4;  // 4 x 3 .. 4 x 5 (kTailBlockVecs)
+  return NV <= 2 ? 8 : (NV == 4 ? 6 : 4);  // 4 x 3, 6 x 4, 4 x 5 (kTailBlockVecs)
+#elif HWY_TARGET == HWY_AVX2
+  return NV == 1 ? 8 : (NV == 2 ? 6 : 4);
 #else
   return NV == 1 ? 8 : 4;
 #endif

@@ -87,6 +87,9 @@ HWY_INLINE void GemmColumnPanel(DF d, const GemmJob& job, int64_t c0) {
   if constexpr (R > 4) {
     for (; r0 + 4 <= job.rows; r0 += 4) GemmTileAndPrefetch<4, NV>(d, job, r0, c0, k_sum);
   }
+  if constexpr (R > 2) {
+    for (; r0 + 2 <= job.rows; r0 += 2) GemmTileAndPrefetch<2, NV>(d, job, r0, c0, k_sum);
+  }
   for (; r0 < job.rows; ++r0) GemmTileAndPrefetch<1, NV>(d, job, r0, c0, k_sum);
 }
 
