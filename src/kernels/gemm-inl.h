@@ -117,7 +117,8 @@ struct GemmJob {
 };
 
 // Register block: rows x column vectors. 32 vector registers on AVX-512 hold
-// 4x4 accumulators plus operands; 16 registers elsewhere hold 4x2.
+// 6 x 4 accumulators plus operands; 16 registers elsewhere hold 6 x 2 (AVX2)
+// or 4 x 2 (RowsPerBlock).
 #if HWY_TARGET <= HWY_AVX3
 constexpr int kBlockVecs = 4;
 #elif HWY_TARGET == HWY_SCALAR
