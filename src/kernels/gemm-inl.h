@@ -184,13 +184,17 @@ struct Panels {
 // 24 accumulators + 4 operands + 1 broadcast of the 32 registers, 10 loads
 // per 24 FMAs instead of 8 per 16, a third fewer tiles and passes over the
 // panel of S (X and O: 6 + 6 + 4 rows; in-process A/B on the flagship,
-// 6 x 4 / 4 x 4 time: 0.973-0.978 with 1 thread, 0.975 with 2). AVX2's
-// 2-vector panels likewise take 6 rows: 12 + 2 + 1 of its 16 registers
-// (0.938); SSE4, without FMA, needs registers for the products (6 x 2: 1.02).
+// 6 x 4 / 4 x 4 time: 0.973-0.978 with 1 thread, 0.975 with 2); 3-vector
+// panels (Dv = 112: 64 + 48 columns) take 8 rows, 24 + 3 + 1 registers
+// (8 x 3 / 4 x 3: 0.90-0.91 for the whole call). More accumulators did not
+// pay: 12 x 2 ran 1.16x slower than 8 x 2 (Dv = 96), 5 x 5 leaves 1-row
+// blocks of 16 rows. AVX2's 2-vector panels take 6 rows: 12 + 2 + 1 of its
+// 16 registers (0.938); SSE4, without FMA, needs registers for the products
+// (6 x 2: 1.02).
 template <int NV>
 constexpr int RowsPerBlock() {
 #if HWY_TARGET <= HWY_AVX3
-  return NV <= 2 ? 8 : (NV == 4 ? 6 : 4);  // 4 x 3, 6 x 4, 4 x 5 (kTailBlockVecs)
+  return NV <= 3 ? 8 : (NV == 4 ? 6 : 4);  // 8 x 1 .. 8 x 3, 6 x 4, 4 x 5 (kTailBlockVecs)
 #elif HWY_TARGET == HWY_AVX2
   return NV == 1 ? 8 : (NV == 2 ? 6 : 4);
 #else

@@ -13,11 +13,11 @@
 // changes no result (one chain per element) and keeps its compile time and
 // code size down.
 constexpr int kPackedBlockVecs = Dot::kSmallBlocks ? 1 : kBlockVecs;
-// Gemm()'s 6-row blocks (6 x 4 on AVX-512, 6 x 2 on AVX2) take 4 rows here:
-// a packed step also holds B's lo parts, and 6 rows would not fit the registers.
+// Blocks of 3+ vectors take 4 rows here, not Gemm()'s 8 x 3 and 6 x 4: a
+// packed step also holds B's lo parts, which would not fit the registers.
 template <int NV>
 constexpr int PackedRowsPerBlock() {
-  return Dot::kSmallBlocks ? (HWY_NATIVE_FMA ? 4 : 1) : (RowsPerBlock<NV>() == 6 ? 4 : RowsPerBlock<NV>());
+  return Dot::kSmallBlocks ? (HWY_NATIVE_FMA ? 4 : 1) : (NV >= 3 ? 4 : RowsPerBlock<NV>());
 }
 
 template <int R, int NV, bool kALo, bool kBLo, bool kLoLo>
