@@ -47,6 +47,7 @@ HWY_INLINE int64_t StateRowsPerBlock(int64_t dk, int64_t pw) {
 HWY_INLINE void GemmBlockedK(const GemmJob& job, int si, int64_t kb, Precision prec, const ScratchLayout& L,
                              float* HWY_RESTRICT base) {
   const Segment& big = job.seg[si];
+  if (big.k <= kb) return GemmPrec(job, prec, L, base);  // one block: the job itself, not a copy
   for (int64_t k0 = 0; k0 < big.k; k0 += kb) {
     const bool first = k0 == 0, last = k0 + kb >= big.k;
     GemmJob part = job;
