@@ -9,18 +9,17 @@
 #include <utility>
 #include <vector>
 
+#include "core/synthetic.h"  // Bytes
+
 namespace cgdr {
 namespace {
 
 using Lines = std::vector<std::pair<uintptr_t, bool>>;  // (line address, write)
 
-// A buffer whose start lies on a 64-byte line; addresses are only computed.
+// A buffer on 64-byte lines (Bytes: LineAlignedAllocator); addresses are only computed.
 struct LineBuffer {
-  std::vector<uint8_t> bytes = std::vector<uint8_t>(1 << 16);
-  const uint8_t* base() const {
-    const uintptr_t p = reinterpret_cast<uintptr_t>(bytes.data());
-    return bytes.data() + ((64 - p % 64) % 64);
-  }
+  Bytes bytes = Bytes(1 << 16);
+  const uint8_t* base() const { return bytes.data(); }
 };
 
 // The lines of `rows` rows as the queue promises them: each row from the line
