@@ -77,8 +77,8 @@ HWY_INLINE void GemmTileAndPrefetch(DF d, const GemmJob& job, int64_t r0, int64_
   if (job.prefetch) job.prefetch->Credit(R * NV * static_cast<int64_t>(hn::Lanes(d)) * k_sum);
 }
 
-// A plain product: one dense segment, no epilogue, C stored as it is into
-// C itself (the state update S = e^(G_last) S + K^T Vdec).
+// A plain product: one dense segment, no epilogue, C stored as it is (no
+// output rows, no scaled copy): the state update S = e^(G_last) S + K^T Vdec.
 HWY_INLINE bool IsPlain(const GemmJob& job) {
   const Segment& s = job.seg[0];
   return job.segments == 1 && !s.lower && !s.negate && s.then.scale == nullptr && job.also.c == nullptr &&
@@ -86,17 +86,15 @@ HWY_INLINE bool IsPlain(const GemmJob& job) {
 }
 
 // Row blocks [0, r_end) of a plain product (IsPlain), columns [c0, c0 + NV
-// vectors), with every field of the job read once into locals before the
-// tiles. Read per tile (GemmTile), the fields were reloaded after every
-// tile's stores (vector stores may alias anything as far as the compiler
-// knows) and recomputed into row addresses on the way to the next tile's
-// first multiply-add: the short tiles of the state update (k = C = 16) ran
-// ~10% slower (micro-benchmark, one 128 x 64 panel of S in L1; the whole
-// call 0.5-1.5% slower). The chains are GemmTile's, in the same order: the
-// same bits. Written out rather than through InitTile, AccumulateSegment
-// and StoreTile: with those (on locals) the update measured as before. (Vnew
-// = A X, lower and with a scaled copy, gained nothing from the same
-// treatment.)
+// vectors), from locals read once per panel (restrict pointers, row
+// addresses stepped per block). The state update's tiles are short (k = C
+// = 16), so what a tile does before its first multiply-add counts: through
+// GemmTile they ran ~10% slower (micro-benchmark, one 128 x 64 panel of S
+// in L1: 2760-2790 ns -> 2470-2540 ns; the flagship 0.5-1.5% faster).
+// InitTile, AccumulateSegment and StoreTile on the same locals measured as
+// slow as GemmTile, so the tile is written out here. The chains are
+// GemmTile's, in the same order: the same bits. (Vnew = A X, lower and with
+// a scaled copy, gained nothing from the same treatment.)
 template <int R, int NV>
 HWY_NOINLINE void PlainRows(const GemmJob& job, int64_t c0, int64_t r_end) {
   const DF d;
