@@ -242,7 +242,8 @@ double ResolutionRatio(Precision precision) {
   switch (precision) {
     case Precision::kFp32: return 1.0;
     case Precision::kBf16x3:
-    case Precision::kBf16x4: return 256.0;
+    case Precision::kBf16x4:
+    case Precision::kAuto: return 256.0;  // auto is fp32 or bf16x3
     case Precision::kBf16: return 65536.0;
   }
   return 1.0;

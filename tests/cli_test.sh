@@ -220,24 +220,33 @@ section_plan() {
 section_profile() {
   local flagship="plan --t 8192 --nk 16 --nv 32 --dk 128 --dv 128 --threads 2"
   export CGDR_PROFILE="$W/absent.json"
-  expect_ok "plan fp32" "$CGDR" $flagship
-  for word in "chunk=16" "profile: built-in defaults" "stream_out=1" "written past the caches"; do
+  expect_ok "plan fp32" "$CGDR" $flagship --precision fp32
+  for word in "chunk=16" "profile: built-in defaults" "stream_out=1" "written past the caches" "engine vector"; do
     expect_stdout_has "plan fp32" "$word"
   done
-  expect_ok "plan bf16x3" "$CGDR" $flagship --precision bf16x3
-  for word in "chunk=1 " "cost 6.1x fp32's" "C=1 keeps FP32 products"; do expect_stdout_has "plan bf16x3" "$word"; done
-  expect_ok "plan bf16x3 forced" "$CGDR" $flagship --precision bf16x3 --algo chunk16
-  for word in "chunk=16" "C=16 forced" "bf16 pair products"; do expect_stdout_has "plan bf16x3 forced" "$word"; done
+  # The vector engine's precision modes (the AMX engine has its own costs).
+  expect_ok "plan bf16x3" "$CGDR" $flagship --precision bf16x3 --engine vector
+  for word in "chunk=1 " "C=1 keeps FP32 products"; do expect_stdout_has "plan bf16x3" "$word"; done
+  expect_ok "plan bf16x3 forced" "$CGDR" $flagship --precision bf16x3 --engine vector --algo chunk16
+  for word in "chunk=16" "C=16 forced" "precision=bf16x3" "engine vector (asked for)"; do
+    expect_stdout_has "plan bf16x3 forced" "$word"
+  done
+  # The AMX engine's emulation, on any CPU; precision auto by default.
+  expect_ok "plan amx-emu" "$CGDR" $flagship --engine amx-emu --algo chunk64
+  for word in "engine=amx-emu" "precision=bf16x3" "precision bf16x3 (auto:"; do expect_stdout_has "plan amx-emu" "$word"; done
+  expect_ok "plan f32 auto" "$CGDR" $flagship --dtype f32
+  for word in "precision=fp32" "f32 inputs need 2e-5"; do expect_stdout_has "plan f32 auto" "$word"; done
+  expect_error "plan bad engine" "--engine: expected auto, vector, amx or amx-emu, got 'tiles'" "$CGDR" $flagship --engine tiles
 
   local costs='"state_fma_cost": [2.2, 1, 1, 1], "inchunk_fma_cost": [0, 1, 1.5, 1]'
   echo "{$costs, \"precision_cost\": [1, 1, 1, 1]}" >"$W/even.json"
-  CGDR_PROFILE="$W/even.json" expect_ok "plan even profile" "$CGDR" $flagship --precision bf16x3
+  CGDR_PROFILE="$W/even.json" expect_ok "plan even profile" "$CGDR" $flagship --precision bf16x3 --engine vector
   for word in "chunk=16" "profile: $W/even.json"; do expect_stdout_has "plan even profile" "$word"; done
   echo "{$costs, \"stream_out_bytes\": 1000000000000}" >"$W/no_stream.json"
-  CGDR_PROFILE="$W/no_stream.json" expect_ok "plan no_stream profile" "$CGDR" $flagship
+  CGDR_PROFILE="$W/no_stream.json" expect_ok "plan no_stream profile" "$CGDR" $flagship --precision fp32
   for word in "stream_out=0" "profile: $W/no_stream.json"; do expect_stdout_has "plan no_stream profile" "$word"; done
   echo "{$costs, \"precision_cost\": [1, -2, 1, 1]}" >"$W/broken.json"
-  CGDR_PROFILE="$W/broken.json" expect_ok "plan broken profile" "$CGDR" $flagship --precision bf16x3
+  CGDR_PROFILE="$W/broken.json" expect_ok "plan broken profile" "$CGDR" $flagship --precision bf16x3 --engine vector
   for word in "chunk=1 " "profile: built-in defaults"; do expect_stdout_has "plan broken profile" "$word"; done
 
   expect_ok "tune" "$CGDR" tune --quick --out "$W/tuned.json"

@@ -43,17 +43,32 @@ enum class Algo : uint8_t { kAuto = 0, kRecurrent = 1, kChunk16 = 16, kChunk32 =
 const char* AlgoName(Algo a);  // "auto", "recurrent", "chunk16", ...
 bool ParseAlgo(const std::string& s, Algo* out);
 
-// Arithmetic of the products (issue: precision modes; SPEC 9, the seeds'
-// compensated FP16 hi/lo products). kFp32: FP32 FMA (default). kBf16: operands
-// rounded to bf16 (nearest even), FP32 accumulation. kBf16x3 / kBf16x4: every
-// operand split x = hi + lo (both bf16), hi*hi + hi*lo + lo*hi (+ lo*lo)
-// accumulated in FP32. The state stays FP32 between chunks in every mode.
-// The recurrence (C = 1) keeps FP32 products in every mode; with kAuto the
-// plan picks it where the mode's chunked products would be slower
-// (MachineProfile::precision_cost). Force a chunked Algo for the mode's products.
-enum class Precision : uint8_t { kFp32 = 0, kBf16 = 1, kBf16x3 = 2, kBf16x4 = 3 };
-const char* PrecisionName(Precision p);  // "fp32", "bf16", "bf16x3", "bf16x4"
+// Arithmetic of the chunked products (docs/SPEC.md 6c; the seeds' compensated
+// FP16 hi/lo Cube products, SPEC 9). kFp32: FP32 FMA on the vector units.
+// kBf16: operands rounded to bf16 (nearest even), FP32 accumulation. kBf16x3 /
+// kBf16x4: every operand split x = hi + lo (both bf16), hi*hi + hi*lo + lo*hi
+// (+ lo*lo) accumulated in FP32. The state stays FP32 between chunks in every
+// mode. The recurrence (C = 1) keeps FP32 products in every mode.
+// kAuto (default): the fastest engine and mode whose error meets SPEC 6 for
+// the call's dtype: f16/bf16 inputs bf16x3 where the AMX engine runs (its
+// error is within 2x that of rounding the FP64 answer to the output dtype),
+// f32 inputs fp32 (2e-5 whatever the conditioning, which 16 significant bits
+// of hi + lo cannot promise); the plan then picks C by its cost model.
+enum class Precision : uint8_t { kFp32 = 0, kBf16 = 1, kBf16x3 = 2, kBf16x4 = 3, kAuto = 4 };
+const char* PrecisionName(Precision p);  // "fp32", "bf16", "bf16x3", "bf16x4", "auto"
 bool ParsePrecision(const std::string& s, Precision* out);
+
+// Where the chunked products of the bf16 modes run (docs/SPEC.md 6c).
+// kAuto (default): AMX tiles where the CPU and OS allow them, else the vector
+// units. kVector: the vector units (vdpbf16ps where the CPU has AVX512_BF16,
+// its exact emulation elsewhere). kAmx: AMX tiles where usable, else the
+// vector units (the plan says why). kAmxEmulated: the AMX engine with
+// TDPBF16PS emulated in portable code as Intel documents it: the tile
+// engine's numerics on any CPU (tests; slow). fp32 products always run on
+// the vector units (AMX multiplies 16-bit operands only).
+enum class Engine : uint8_t { kAuto = 0, kVector = 1, kAmx = 2, kAmxEmulated = 3 };
+const char* EngineName(Engine e);  // "auto", "vector", "amx", "amx-emu"
+bool ParseEngine(const std::string& s, Engine* out);
 
 struct Options {
   double scale = 0.0;            // 0 or NaN means 1/sqrt(Dk)
@@ -64,7 +79,8 @@ struct Options {
   bool check_values = false;     // NaN/Inf in inputs, g > 0 (SPEC 3)
   int v_step = 0;                // 0: planner decides; else force V tile width
   int dk_bucket = 0;             // 0: planner decides; 64/80/96/128 force that bucket (>= Dk); -1 the generic path
-  Precision precision = Precision::kFp32;  // products of the chunked formulations (C >= 16)
+  Precision precision = Precision::kAuto;  // products of the chunked formulations (C >= 16)
+  Engine engine = Engine::kAuto;           // where the bf16 modes' products run
 };
 
 // The inputs of SPEC 2. Shapes: query/key [T,Nk,Dk], value [T,Nv,Dv],

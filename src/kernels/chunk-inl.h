@@ -86,7 +86,8 @@ HWY_INLINE void GemmBlockedK(const GemmJob& job, int si, int64_t kb, Precision p
 struct ChunkTensors {
   TensorRows v, out;
   int64_t width = 0;
-  bool Direct(int64_t c0, int64_t pw) const { return c0 + pw <= width; }
+  bool direct = true;  // false: every panel through vb and o (the AMX engine's products write no rows directly)
+  bool Direct(int64_t c0, int64_t pw) const { return direct && c0 + pw <= width; }
   static TensorRows Columns(const TensorRows& rows, int64_t c0) {
     TensorRows r = rows;
     r.at = static_cast<uint8_t*>(rows.at) + c0 * static_cast<int64_t>(DTypeSize(rows.dtype));

@@ -20,6 +20,7 @@
 #include "cgdr/plan.hpp"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "kernels/amx_chunk-inl.h"
 #include "kernels/chunk-inl.h"
 #include "kernels/gemm-inl.h"
 #include "kernels/items-inl.h"
@@ -52,6 +53,7 @@ struct ItemView {
   int64_t hk;          // query/key head of value head it->head (grouped heads)
   int64_t state_base;  // element offset of state (seq, head)
   Precision plan_precision;  // plan.precision: arithmetic of the chunked products
+  Engine engine;             // plan.engine: where the chunked products run
   bool stream_out;           // out's rows take streaming stores (StreamsOutput)
 };
 
@@ -269,7 +271,9 @@ HWY_INLINE void QueueGroupChunk(const ItemView* views, int64_t count, int64_t t,
 }
 
 // Output rows [0, n) of the item (io from ItemTensors) from the o panels,
-// for the panels ChunkVSide did not write in place (io.Direct).
+// for the panels ChunkVSide did not write in place (io.Direct); with
+// streaming stores where out's rows take them (StreamsOutput) and the
+// panel's part of each row is whole lines.
 HWY_INLINE void StoreOutputRows(const ScratchLayout& L, const float* HWY_RESTRICT o, const ChunkTensors& io, int64_t n) {
   const Panels rp(L.c, L);
   ForDType(io.out.dtype, [&](auto tag) {
@@ -278,6 +282,13 @@ HWY_INLINE void StoreOutputRows(const ScratchLayout& L, const float* HWY_RESTRIC
       const int64_t pw = rp.Width(c0), cols = std::min(pw, io.width - c0);
       if (io.Direct(c0, pw)) continue;
       uint8_t* row = static_cast<uint8_t*>(ChunkTensors::Columns(io.out, c0).at);
+      if constexpr (kStreamableAs<kT>) {
+        const bool lines = (c0 * kDTypeBytes<kT>) % kLineBytes == 0 && (cols * kDTypeBytes<kT>) % kLineBytes == 0;
+        if (io.out.stream && lines) {
+          for (int64_t i = 0; i < n; ++i, row += io.out.stride) StreamRowAs<kT>(rp.Base(o, c0) + i * pw, cols, row);
+          continue;
+        }
+      }
       for (int64_t i = 0; i < n; ++i, row += io.out.stride) StoreRowAs<kT>(rp.Base(o, c0) + i * pw, cols, row);
     }
   });
@@ -321,6 +332,31 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
   StoreOutputRows(L, base + L.o, io, n);
 }
 
+// C = 16 .. 128 on the AMX engine (amx_chunk-inl.h): the stages of
+// ChunkStep with the products on tiles. The decay masks and the FP32 blocked
+// inverse (PrepareValueHead) are the vector engine's; V comes in through vb
+// and out leaves through o, whole rows at a time.
+HWY_INLINE void ChunkStepOnTiles(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base,
+                                 float* HWY_RESTRICT S, float scale, int64_t t, int64_t n, SharedKSide shared) {
+  const ChunkVectors cv(base + L.vec, L.c_pad);
+  const Precision prec = iv.plan_precision;
+  const bool hw = iv.engine == Engine::kAmx;
+  if (!shared.key_head) {
+    LoadKeyRows(iv, L, base, t, n);
+    AmxPrepareKeyHead(L, base, n, prec, hw);
+  }
+  if (!shared.value_head) {
+    LoadHeadVectors(iv, L, base, t, n);
+    PrepareValueHead(L, base, n, scale);
+    AmxPrepareValueHead(L, base, n, prec);
+  }
+  ChunkTensors io = ItemTensors(iv, t);
+  io.direct = false;
+  LoadValueTile(L, base, io, n, [&](int64_t i) { return cv.beta[i]; });  // Vb = diag(beta) V
+  AmxChunkVSide(L, base, S, n, prec, hw);
+  StoreOutputRows(L, base + L.o, io, n);
+}
+
 // C = 16 .. 128: one chunk [t, t + n) of one item, SPEC 4.
 // `shared`: K-side stages left in scratch by the previous item of the group
 // for the same rows. `prefetch`: the next chunk's lines, issued between the
@@ -361,28 +397,31 @@ void BucketDriver<kDkPad>::RunGroup(const Plan& plan, const Inputs& in, const Ou
   for (int64_t g = 0; g < count; ++g) {
     const WorkItem& it = plan.items[items[g]];
     const int64_t state_base = (it.seq * p.Nv + it.head) * p.Dk * p.Dv;
-    views[g] = ItemView{&p, &in, &out, &it, it.head / group, state_base, plan.precision, stream_out};
+    views[g] = ItemView{&p, &in, &out, &it, it.head / group, state_base, plan.precision, plan.engine, stream_out};
     LoadStateTile(views[g], L, base, L.StateTile(base, g));
   }
   const WorkItem& first = plan.items[items[0]];
   const int64_t t_end = first.token_begin + first.tokens;
   const int64_t step = plan.chunk == 1 ? kRecurrentSpan : plan.chunk;
+  const bool tiles = RunsOnTiles(plan);
   for (int64_t t = first.token_begin; t < t_end; t += step) {
     const int64_t n = std::min<int64_t>(step, t_end - t);
     PrefetchQueue next_chunk;
     QueueGroupChunk(views, count, t + step, std::min<int64_t>(step, t_end - t - step), &next_chunk);
-    if (plan.chunk == 1) {
-      next_chunk.Drain();  // no tiles to spread the lines over
+    if (plan.chunk == 1 || tiles) {
+      next_chunk.Drain();  // no register tiles to spread the lines over
     } else {  // paced over the chunk's state products (3 dk x width multiply-adds per row and item)
       int64_t state_fmas = 0;
       for (int64_t g = 0; g < count; ++g) state_fmas += 3 * n * L.dk_pad * views[g].it->v_width;
       next_chunk.Pace(state_fmas);
     }
     for (int64_t g = 0; g < count; ++g) {
+      const SharedKSide shared = SharedKSide::Between(g > 0 ? &views[g - 1] : nullptr, views[g]);
       if (plan.chunk == 1) {
         RecurrentSpan<kDkPad>(views[g], L, base, L.StateTile(base, g), scale, t, n);
+      } else if (tiles) {
+        ChunkStepOnTiles(views[g], L, base, L.StateTile(base, g), scale, t, n, shared);
       } else {
-        const SharedKSide shared = SharedKSide::Between(g > 0 ? &views[g - 1] : nullptr, views[g]);
         ChunkStep<kDkPad>(views[g], L, base, L.StateTile(base, g), scale, t, n, shared, &next_chunk);
       }
     }

@@ -36,7 +36,8 @@ struct RunRequest {
   std::string input, output;
   int threads = 0;
   Algo algo = Algo::kAuto;
-  Precision precision = Precision::kFp32;
+  Precision precision = Precision::kAuto;
+  Engine engine = Engine::kAuto;
   bool check_values = false;
 };
 struct RunReport {

@@ -24,11 +24,11 @@ const char kUsage[] =
     "\n"
     "commands:\n"
     "  run    --input CASE.safetensors --output RESULT.safetensors [--threads N]\n"
-    "         [--algo auto|recurrent|chunk16|chunk32|chunk64] [--precision fp32|bf16|bf16x3|bf16x4]\n"
-    "         [--check-values]\n"
+    "         [--algo auto|recurrent|chunk16|chunk32|chunk64] [--precision auto|fp32|bf16|bf16x3|bf16x4]\n"
+    "         [--engine auto|vector|amx|amx-emu] [--check-values]\n"
     "         Run one case file (SPEC 7) and write `out` and `final_state` atomically.\n"
     "  plan   --t T --nk NK --nv NV --dk DK --dv DV [--b B] [--threads N]\n"
-    "         [--dtype f16|bf16|f32] [--algo ...]\n"
+    "         [--dtype f16|bf16|f32] [--algo ...] [--precision ...] [--engine ...]\n"
     "         Print the plan for a shape (B sequences splitting T evenly).\n"
     "  bench  [--shape ROW] [--t T] [--threads N] [--json FILE] ...\n"
     "         Benchmark (SPEC 8); see 'cgdr bench --help'.\n"
@@ -44,19 +44,22 @@ const char kUsage[] =
 const char kRunUsage[] =
     "usage: cgdr run --input CASE.safetensors --output RESULT.safetensors [--threads N]\n"
     "                [--algo auto|recurrent|chunk16|chunk32|chunk64] [--check-values]\n"
-    "                [--precision fp32|bf16|bf16x3|bf16x4]\n"
+    "                [--precision auto|fp32|bf16|bf16x3|bf16x4] [--engine auto|vector|amx|amx-emu]\n"
     "  CASE: tensors query, key, value, beta, seq_lens (int32), optional g and initial_state;\n"
     "        metadata scale, state_layout (vk|kv), use_qk_l2norm (true|false).\n"
     "  RESULT: out (dtype of query) and final_state (dtype of initial_state, else query).\n"
     "  --check-values  also reject NaN/Inf inputs and g > 0 (SPEC 3).\n"
-    "  --precision     products of the chunked formulations: fp32 (default); bf16 (operands\n"
-    "                  rounded to bf16, FP32 accumulation); bf16x3/bf16x4 (hi/lo split,\n"
-    "                  compensated). On vdpbf16ps where the CPU has AVX512_BF16.\n";
+    "  --precision     products of the chunked formulations: auto (default: the fastest mode\n"
+    "                  that meets SPEC 6 for the dtype: bf16x3 on AMX for f16/bf16 inputs,\n"
+    "                  else fp32); fp32; bf16 (operands rounded to bf16, FP32 accumulation);\n"
+    "                  bf16x3/bf16x4 (hi/lo split, compensated).\n"
+    "  --engine        where bf16 products run: auto (default: AMX tiles where the CPU has\n"
+    "                  them, else the vector units), vector, amx, amx-emu (TDPBF16PS emulated).\n";
 
 const char kPlanUsage[] =
     "usage: cgdr plan --t T --nk NK --nv NV --dk DK --dv DV [--b B] [--threads N]\n"
     "                 [--dtype f16|bf16|f32] [--algo auto|recurrent|chunk16|chunk32|chunk64]\n"
-    "                 [--precision fp32|bf16|bf16x3|bf16x4]\n"
+    "                 [--precision auto|fp32|bf16|bf16x3|bf16x4] [--engine auto|vector|amx|amx-emu]\n"
     "  B sequences (default 1) split T evenly; g and initial_state present.\n";
 
 const char kMakeCaseUsage[] =
@@ -93,10 +96,16 @@ Status ParseAlgoFlag(const Args& a, Algo* algo) {
 }
 
 Status ParsePrecisionFlag(const Args& a, Precision* prec) {
-  const std::string s = a.Get("--precision", "fp32");
+  const std::string s = a.Get("--precision", "auto");
   if (!ParsePrecision(s, prec)) {
-    return Status::Invalid("--precision: expected fp32, bf16, bf16x3 or bf16x4, got '" + s + "'");
+    return Status::Invalid("--precision: expected auto, fp32, bf16, bf16x3 or bf16x4, got '" + s + "'");
   }
+  return Status::Ok();
+}
+
+Status ParseEngineFlag(const Args& a, Engine* engine) {
+  const std::string s = a.Get("--engine", "auto");
+  if (!ParseEngine(s, engine)) return Status::Invalid("--engine: expected auto, vector, amx or amx-emu, got '" + s + "'");
   return Status::Ok();
 }
 
@@ -123,7 +132,7 @@ Status ParseFloatDType(const Args& a, const char* flag, DType def, DType* out) {
 
 Status ParseRun(int argc, char** argv, RunRequest* req, bool* help) {
   Args a;
-  CGDR_CLI_TRY(a.Parse("run", argc, argv, {"--input", "--output", "--threads", "--algo", "--precision"},
+  CGDR_CLI_TRY(a.Parse("run", argc, argv, {"--input", "--output", "--threads", "--algo", "--precision", "--engine"},
                        {"--check-values"}));
   if ((*help = MaybeHelp(a, kRunUsage))) return Status::Ok();
   CGDR_CLI_TRY(a.Require("--input", &req->input));
@@ -133,6 +142,7 @@ Status ParseRun(int argc, char** argv, RunRequest* req, bool* help) {
   req->threads = static_cast<int>(threads);
   CGDR_CLI_TRY(ParseAlgoFlag(a, &req->algo));
   CGDR_CLI_TRY(ParsePrecisionFlag(a, &req->precision));
+  CGDR_CLI_TRY(ParseEngineFlag(a, &req->engine));
   req->check_values = a.Has("--check-values");
   return Status::Ok();
 }
@@ -159,6 +169,7 @@ Status ParsePlanProblem(const Args& a, Problem* p) {
   p->options.threads = static_cast<int>(v);
   CGDR_CLI_TRY(ParseAlgoFlag(a, &p->options.algo));
   CGDR_CLI_TRY(ParsePrecisionFlag(a, &p->options.precision));
+  CGDR_CLI_TRY(ParseEngineFlag(a, &p->options.engine));
   CGDR_CLI_TRY(ParseFloatDType(a, "--dtype", DType::kF16, &p->dtype));
   p->has_g = true;
   p->has_initial_state = true;
@@ -297,6 +308,7 @@ Status RunCaseFile(const RunRequest& req, RunReport* report) {
   c.options.threads = req.threads;
   c.options.algo = req.algo;
   c.options.precision = req.precision;
+  c.options.engine = req.engine;
   c.options.check_values = req.check_values;
   OutputBuffers out;
   if (Status s = PrepareOutputs(c.inputs, c.options, &out); !s.ok()) return Status(s.code(), Prefixed(req.input, s));
@@ -352,7 +364,8 @@ int PlanMain(int argc, char** argv) {
   Args a;
   Problem p;
   if (Status s = a.Parse("plan", argc, argv,
-                         {"--t", "--nk", "--nv", "--dk", "--dv", "--b", "--threads", "--dtype", "--algo", "--precision"},
+                         {"--t", "--nk", "--nv", "--dk", "--dv", "--b", "--threads", "--dtype", "--algo", "--precision",
+                          "--engine"},
                          {});
       !s.ok()) {
     return ReportError(s);
