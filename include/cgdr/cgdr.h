@@ -38,7 +38,7 @@ typedef enum cgdr_state_layout {
 
 /* Arithmetic of the chunked products (cgdr::Precision; the state stays FP32).
  * fp32 is exact to SPEC 6; the bf16 modes round or split the operands to
- * bf16 (see README, "Precision modes"). C = 1 keeps FP32 products, and the
+ * bf16 (docs/SPEC.md 6c). C = 1 keeps FP32 products, and the
  * plan (chunk 0: auto) picks it where the mode's chunked products are slower;
  * set a chunk size for the mode's products. */
 typedef enum cgdr_precision {

@@ -1,5 +1,5 @@
 // The plan (SPEC 5): everything the kernel relies on, derived from shapes
-// alone, printable, and checked by one function (ARCHITECTURE "Contracts").
+// alone, printable, and checked by one function (SPEC 5.7: CheckPlan).
 #pragma once
 
 #include <cstdint>

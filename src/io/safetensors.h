@@ -1,4 +1,4 @@
-// Safetensors read/write (SPEC 7, ARCHITECTURE src/io): strict about bounds,
+// Safetensors read/write (SPEC 7): strict about bounds,
 // dtypes and shapes, atomic on write.
 //
 // Format: 8-byte little-endian u64 header length N, N bytes of JSON header,
