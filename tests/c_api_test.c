@@ -203,6 +203,10 @@ static void TestErrors(void) {
   CHECK(cgdr_options_set_scale(opt, 0.25) == CGDR_OK, "scale");
   CHECK(cgdr_options_set_check_values(opt, 1) == CGDR_OK, "check_values");
   CHECK(cgdr_options_set_precision(opt, CGDR_PRECISION_BF16X3) == CGDR_OK, "precision bf16x3");
+  CHECK(cgdr_options_set_v_step(opt, 300) == CGDR_INVALID_ARGUMENT, "v_step 300 accepted");
+  CHECK(cgdr_options_set_dk_bucket(opt, 72) == CGDR_INVALID_ARGUMENT, "dk_bucket 72 accepted");
+  CHECK(cgdr_options_set_v_step(opt, 32) == CGDR_OK && cgdr_options_set_dk_bucket(opt, -1) == CGDR_OK, "%s",
+        cgdr_last_error());
   CHECK(cgdr_options_set_precision(opt, (cgdr_precision)9) == CGDR_INVALID_ARGUMENT &&
             strstr(cgdr_last_error(), "got 9") != NULL,
         "precision 9: %s", cgdr_last_error());

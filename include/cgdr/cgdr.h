@@ -89,6 +89,12 @@ cgdr_status cgdr_options_set_check_values(cgdr_options* opt, int enable);
 /* Chunk size: 0 = auto (the plan decides), 1 = token by token, 16/32/64/128. */
 cgdr_status cgdr_options_set_chunk(cgdr_options* opt, int chunk);
 cgdr_status cgdr_options_set_precision(cgdr_options* opt, cgdr_precision precision); /* default fp32 */
+/* V tile width of the kernel: 0 = the plan decides (default), else 1..256. For
+ * tests and tuning; results are bitwise the same for any width. */
+cgdr_status cgdr_options_set_v_step(cgdr_options* opt, int v_step);
+/* Dk bucket of the kernel: 0 = the plan decides (default); 64, 80, 96 or 128
+ * (at least Dk, checked by the call) force that bucket; -1 the generic path. */
+cgdr_status cgdr_options_set_dk_bucket(cgdr_options* opt, int dk_bucket);
 
 /* Runs the prefill operator over the packed sequences of `args`. */
 cgdr_status cgdr_prefill(const cgdr_prefill_args* args, const cgdr_options* opt);

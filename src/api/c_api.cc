@@ -17,6 +17,15 @@ struct cgdr_options {
 
 namespace {
 
+// The C API covers every option of the C++ one (issue 23). This binding names
+// each field of cgdr::Options and stops compiling when one is added: give the
+// new field its setter below and in cgdr.h (bumping CGDR_API_VERSION), a case
+// in tests/c_api_parity_test.cc, and its name here.
+[[maybe_unused]] void EveryOptionHasACSetter(const cgdr::Options& o) {
+  [[maybe_unused]] const auto& [scale, use_qk_l2norm, state_layout, algo, threads, check_values, v_step, dk_bucket,
+                                precision] = o;
+}
+
 thread_local std::string g_last_error;
 
 cgdr_status Fail(cgdr_status code, std::string msg) {
@@ -174,6 +183,28 @@ cgdr_status cgdr_options_set_precision(cgdr_options* opt, cgdr_precision precisi
   static_assert(static_cast<int>(cgdr::Precision::kBf16x4) == CGDR_PRECISION_BF16X4, "C and C++ precision values agree");
   opt->options.precision = static_cast<cgdr::Precision>(raw);
   return CGDR_OK;
+}
+
+cgdr_status cgdr_options_set_v_step(cgdr_options* opt, int v_step) {
+  if (!opt) return NullHandle("cgdr_options_set_v_step");
+  if (v_step < 0 || v_step > cgdr::kMaxHeadDim) {
+    return Fail(CGDR_INVALID_ARGUMENT, "cgdr_options_set_v_step: expected 0 (auto) .. " +
+                                           std::to_string(cgdr::kMaxHeadDim) + ", got " + std::to_string(v_step));
+  }
+  opt->options.v_step = v_step;
+  return CGDR_OK;
+}
+
+cgdr_status cgdr_options_set_dk_bucket(cgdr_options* opt, int dk_bucket) {
+  if (!opt) return NullHandle("cgdr_options_set_dk_bucket");
+  switch (dk_bucket) {
+    case 0: case -1: case 64: case 80: case 96: case 128:
+      opt->options.dk_bucket = dk_bucket;  // whether it holds Dk is checked by the call, which knows Dk
+      return CGDR_OK;
+    default:
+      return Fail(CGDR_INVALID_ARGUMENT, "cgdr_options_set_dk_bucket: expected 0 (auto), -1 (generic), 64, 80, 96 or 128, got " +
+                                             std::to_string(dk_bucket));
+  }
 }
 
 cgdr_status cgdr_prefill(const cgdr_prefill_args* args, const cgdr_options* opt) {
