@@ -228,5 +228,12 @@ TEST(CApiSetters, RejectValuesOutsideTheirRange) {
   cgdr_options_destroy(handle);
 }
 
+TEST(CApiVersion, MatchesTheHeaders) {
+  EXPECT_STREQ(cgdr_version(), CGDR_VERSION_STRING);
+  EXPECT_EQ(std::string(cgdr_version()), std::to_string(CGDR_VERSION_MAJOR) + "." + std::to_string(CGDR_VERSION_MINOR) +
+                                             "." + std::to_string(CGDR_VERSION_PATCH));
+  EXPECT_EQ(cgdr_api_version(), CGDR_API_VERSION);
+}
+
 }  // namespace
 }  // namespace cgdr

@@ -215,9 +215,20 @@ static void TestErrors(void) {
   CHECK(strcmp(cgdr_status_name(CGDR_RESOURCE_EXHAUSTED), "resource_exhausted") == 0, "status name");
 }
 
+/* The library's version is the headers' (version.h, the one place it is written). */
+static void TestVersion(void) {
+  char expect[32];
+  snprintf(expect, sizeof expect, "%d.%d.%d", CGDR_VERSION_MAJOR, CGDR_VERSION_MINOR, CGDR_VERSION_PATCH);
+  CHECK(strcmp(CGDR_VERSION_STRING, expect) == 0, "CGDR_VERSION_STRING %s, expected %s", CGDR_VERSION_STRING, expect);
+  CHECK(strcmp(cgdr_version(), expect) == 0, "cgdr_version() %s, expected %s", cgdr_version(), expect);
+  CHECK(cgdr_api_version() == CGDR_API_VERSION, "cgdr_api_version() %d, expected %d", cgdr_api_version(),
+        CGDR_API_VERSION);
+}
+
 int main(void) {
   FillInputs();
   printf("cgdr %s, SIMD target %s\n", cgdr_version(), cgdr_simd_target());
+  TestVersion();
   TestPrefillThenDecode();
   TestPrecisionMode();
   TestErrors();

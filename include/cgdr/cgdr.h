@@ -10,17 +10,31 @@
  *
  * Thread safety: calls may run concurrently on different threads; an options
  * handle may be shared read-only between concurrent calls. The error message
- * is per thread. */
+ * is per thread.
+ *
+ * Compatibility. Within one major version (one SONAME, libcgdr.so.MAJOR) this
+ * API only grows: functions, enum values and options are added, none is
+ * removed or changes meaning, and the structs below keep their layout.
+ * Options live behind the opaque handle and are set through functions, so a
+ * new option starts at the old behaviour and an old caller gets what it got.
+ * CGDR_API_VERSION counts the additions; a program built against API version
+ * N runs with any library of the same major version whose cgdr_api_version()
+ * is at least N.
+ *   1 (0.1.0): prefill, decode step, options scale .. precision.
+ *   2 (0.1.0): cgdr_options_set_v_step, cgdr_options_set_dk_bucket,
+ *              cgdr_api_version. */
 #ifndef CGDR_CGDR_H_
 #define CGDR_CGDR_H_
 
 #include <stdint.h>
 
+#include "cgdr/version.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define CGDR_API_VERSION 1
+#define CGDR_API_VERSION 2
 
 typedef enum cgdr_status {
   CGDR_OK = 0,
@@ -109,8 +123,11 @@ const char* cgdr_last_error(void);
 /* "ok", "invalid_argument", "resource_exhausted", "internal" or "unknown". */
 const char* cgdr_status_name(cgdr_status status);
 
-/* Library version ("0.1.0") and the active SIMD target ("AVX3", "AVX2", ...). */
+/* The version of the library that runs ("0.1.0": CGDR_VERSION_STRING of the
+ * headers it was built with), its CGDR_API_VERSION, and the active SIMD
+ * target ("AVX3", "AVX2", ...). */
 const char* cgdr_version(void);
+int cgdr_api_version(void);
 const char* cgdr_simd_target(void);
 
 #ifdef __cplusplus

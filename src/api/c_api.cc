@@ -254,8 +254,9 @@ const char* cgdr_status_name(cgdr_status status) {
   return "unknown";
 }
 
-// Kept in step with project(cgdr VERSION ...) in CMakeLists.txt.
-const char* cgdr_version(void) { return "0.1.0"; }
+const char* cgdr_version(void) { return CGDR_VERSION_STRING; }
+
+int cgdr_api_version(void) { return CGDR_API_VERSION; }
 
 const char* cgdr_simd_target(void) {
   static thread_local std::string name;
