@@ -28,6 +28,7 @@
 
 #include <stdint.h>
 
+#include "cgdr/export.h"
 #include "cgdr/version.h"
 
 #ifdef __cplusplus
@@ -93,42 +94,42 @@ typedef struct cgdr_decode_args {
  * no q/k l2norm, layout vk, all CPUs the process may use, no value checks. */
 typedef struct cgdr_options cgdr_options;
 
-cgdr_status cgdr_options_create(cgdr_options** out);
-void cgdr_options_destroy(cgdr_options* opt); /* NULL is a no-op */
-cgdr_status cgdr_options_set_scale(cgdr_options* opt, double scale); /* 0: 1/sqrt(Dk) */
-cgdr_status cgdr_options_set_qk_l2norm(cgdr_options* opt, int enable);
-cgdr_status cgdr_options_set_state_layout(cgdr_options* opt, cgdr_state_layout layout);
-cgdr_status cgdr_options_set_threads(cgdr_options* opt, int threads); /* 0: all the process may use */
-cgdr_status cgdr_options_set_check_values(cgdr_options* opt, int enable);
+CGDR_EXPORT cgdr_status cgdr_options_create(cgdr_options** out);
+CGDR_EXPORT void cgdr_options_destroy(cgdr_options* opt); /* NULL is a no-op */
+CGDR_EXPORT cgdr_status cgdr_options_set_scale(cgdr_options* opt, double scale); /* 0: 1/sqrt(Dk) */
+CGDR_EXPORT cgdr_status cgdr_options_set_qk_l2norm(cgdr_options* opt, int enable);
+CGDR_EXPORT cgdr_status cgdr_options_set_state_layout(cgdr_options* opt, cgdr_state_layout layout);
+CGDR_EXPORT cgdr_status cgdr_options_set_threads(cgdr_options* opt, int threads); /* 0: all the process may use */
+CGDR_EXPORT cgdr_status cgdr_options_set_check_values(cgdr_options* opt, int enable);
 /* Chunk size: 0 = auto (the plan decides), 1 = token by token, 16/32/64/128. */
-cgdr_status cgdr_options_set_chunk(cgdr_options* opt, int chunk);
-cgdr_status cgdr_options_set_precision(cgdr_options* opt, cgdr_precision precision); /* default fp32 */
+CGDR_EXPORT cgdr_status cgdr_options_set_chunk(cgdr_options* opt, int chunk);
+CGDR_EXPORT cgdr_status cgdr_options_set_precision(cgdr_options* opt, cgdr_precision precision); /* default fp32 */
 /* V tile width of the kernel: 0 = the plan decides (default), else 1..256. For
  * tests and tuning; results are bitwise the same for any width. */
-cgdr_status cgdr_options_set_v_step(cgdr_options* opt, int v_step);
+CGDR_EXPORT cgdr_status cgdr_options_set_v_step(cgdr_options* opt, int v_step);
 /* Dk bucket of the kernel: 0 = the plan decides (default); 64, 80, 96 or 128
  * (at least Dk, checked by the call) force that bucket; -1 the generic path. */
-cgdr_status cgdr_options_set_dk_bucket(cgdr_options* opt, int dk_bucket);
+CGDR_EXPORT cgdr_status cgdr_options_set_dk_bucket(cgdr_options* opt, int dk_bucket);
 
 /* Runs the prefill operator over the packed sequences of `args`. */
-cgdr_status cgdr_prefill(const cgdr_prefill_args* args, const cgdr_options* opt);
+CGDR_EXPORT cgdr_status cgdr_prefill(const cgdr_prefill_args* args, const cgdr_options* opt);
 
 /* One decode step: updates the referenced pool states in place, writes out. */
-cgdr_status cgdr_decode_step(const cgdr_decode_args* args, const cgdr_options* opt);
+CGDR_EXPORT cgdr_status cgdr_decode_step(const cgdr_decode_args* args, const cgdr_options* opt);
 
 /* The message of the last failed call on this thread ("" after a success).
  * Valid until the next cgdr call on this thread. */
-const char* cgdr_last_error(void);
+CGDR_EXPORT const char* cgdr_last_error(void);
 
 /* "ok", "invalid_argument", "resource_exhausted", "internal" or "unknown". */
-const char* cgdr_status_name(cgdr_status status);
+CGDR_EXPORT const char* cgdr_status_name(cgdr_status status);
 
 /* The version of the library that runs ("0.1.0": CGDR_VERSION_STRING of the
  * headers it was built with), its CGDR_API_VERSION, and the active SIMD
  * target ("AVX3", "AVX2", ...). */
-const char* cgdr_version(void);
-int cgdr_api_version(void);
-const char* cgdr_simd_target(void);
+CGDR_EXPORT const char* cgdr_version(void);
+CGDR_EXPORT int cgdr_api_version(void);
+CGDR_EXPORT const char* cgdr_simd_target(void);
 
 #ifdef __cplusplus
 } /* extern "C" */
