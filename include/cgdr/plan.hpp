@@ -69,10 +69,10 @@ struct MachineProfile {
 struct CostTerms {
   double state = 0.0, inchunk = 0.0, fixed = 0.0;
 };
-CostTerms ModelTerms(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv, bool tiles = false);
-double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv,
+CGDR_EXPORT CostTerms ModelTerms(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv, bool tiles = false);
+CGDR_EXPORT double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv,
                  Precision prec = Precision::kFp32, bool tiles = false);
-int ProfileIndex(int chunk);  // 0: recurrent, 1: C = 16, 2: C = 32, 3: C = 64 (and 128)
+CGDR_EXPORT int ProfileIndex(int chunk);  // 0: recurrent, 1: C = 16, 2: C = 32, 3: C = 64 (and 128)
 
 // One unit of work: value head `head` of sequence `seq`, V columns
 // [v_begin, v_begin + v_width). Items never share an output element.
@@ -123,24 +123,24 @@ struct Plan {
 
 // Whether sequence b gets work items: tokens to process, or a final state to
 // write (an empty sequence's final state is its initial state, SPEC 1).
-bool SequenceHasWork(const Problem& problem, int64_t b);
+CGDR_EXPORT bool SequenceHasWork(const Problem& problem, int64_t b);
 
 // Builds the plan from the problem (shapes and options only; no data).
-Status MakePlan(const Problem& problem, const MachineProfile& profile, Plan* plan);
+CGDR_EXPORT Status MakePlan(const Problem& problem, const MachineProfile& profile, Plan* plan);
 // Asserts the plan's invariants: budget fits, every (seq, head, V column) of
 // a sequence with work is covered exactly once, every item is in exactly one
 // group of one sequence and at most group_items, scratch large enough for the
 // kernel's layout.
-Status CheckPlan(const Plan& plan);
+CGDR_EXPORT Status CheckPlan(const Plan& plan);
 // Where the plan's chunked products run: "amx", "amx-emu", or the vector
 // engine's SIMD target in lower case ("avx3", "avx2", "sse4", "scalar").
-std::string PlanEngineName(const Plan& plan);
+CGDR_EXPORT std::string PlanEngineName(const Plan& plan);
 // One line, like the seeds' CGDR_DEBUG_LOG, plus the reasons.
-std::string PlanToString(const Plan& plan);
+CGDR_EXPORT std::string PlanToString(const Plan& plan);
 
 // The built-in profile, overridden by the file named in $CGDR_PROFILE or
 // ~/.cache/cgdr/profile.json if present (written by `cgdr tune`). Read once,
 // thread-safe.
-const MachineProfile& DefaultProfile();
+CGDR_EXPORT const MachineProfile& DefaultProfile();
 
 }  // namespace cgdr
