@@ -12,6 +12,7 @@
 #include "core/dtype.h"
 #include "core/synthetic.h"
 #include "golden/compare.h"
+#include "golden/emulate_simd.h"
 #include "golden/golden.h"
 #include "test_util.h"
 
@@ -98,6 +99,33 @@ TEST(golden, LevelsAndNonFinite) {
   EXPECT_EQ(why, "1 non-finite values");
   // Matching non-finite values are not errors.
   EXPECT_EQ(StatsOf({INFINITY, NAN}, {INFINITY, NAN}, DType::kBF16).nonfinite, 0);
+}
+
+// The emulation's vector rounding is core/dtype.h's conversion there and back,
+// bit for bit, on every target: ties, subnormals, overflow, infinities.
+TEST(golden, RoundTo16IsTheScalarConversion) {
+  std::vector<float> x;
+  for (uint32_t e = 0; e < 256; ++e) {  // every exponent, with significands at and around the tie points
+    for (uint32_t m : {0u, 1u, 0xFFFu, 0x1000u, 0x1001u, 0x2000u, 0x3000u, 0x7FFFu, 0x8000u, 0x8001u, 0x18000u,
+                       0x7FFFFFu, 0x400000u, 0x123456u}) {
+      for (uint32_t sign : {0u, 0x80000000u}) x.push_back(F32FromBits(sign | (e << 23) | m));
+    }
+  }
+  for (float v : {65504.0f, 65519.99f, 65520.0f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-14f, 0x1.ffcp-15f}) x.push_back(v);
+  testing::ForEachTarget([&](const std::string& target) {
+    for (bool f16 : {false, true}) {
+      std::vector<float> r = x;
+      RoundTo16(r.data(), static_cast<int64_t>(r.size()), f16);
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float want = f16 ? F16ToF32(F32ToF16(x[i])) : BF16ToF32(F32ToBF16(x[i]));
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(r[i]));
+        } else {
+          EXPECT_EQ(F32Bits(r[i]), F32Bits(want)) << target << (f16 ? " f16 " : " bf16 ") << std::hexfloat << x[i];
+        }
+      }
+    }
+  });
 }
 
 // ---- golden, benchmark, emulation, faults on generated cases ----------------

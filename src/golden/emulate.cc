@@ -8,7 +8,7 @@
 #include "core/dtype.h"
 #include "core/l2norm.h"
 #include "core/threads.h"
-#include "golden/emulate_gemm.h"
+#include "golden/emulate_simd.h"
 #include "golden/golden.h"
 
 namespace cgdr::golden {
@@ -16,9 +16,6 @@ namespace {
 
 constexpr int64_t kChunk = 64;  // the NPU's chunk size (seeds 000 s.5.10: the Cube paths need chunkLen == 64)
 
-using RoundFn = float (*)(float);
-float RoundBf16(float x) { return BF16ToF32(F32ToBF16(x)); }
-float RoundF16(float x) { return F16ToF32(F32ToF16(x)); }
 
 // A row-major matrix in FP32.
 struct Mat {
@@ -35,16 +32,19 @@ struct Mat {
 };
 
 // The Cube's view of an operand: every element rounded to the profile's format.
-void Rounded(const Mat& x, RoundFn round, Mat* out) {
-  out->Resize(x.rows, x.cols);
-  for (size_t i = 0; i < x.v.size(); ++i) out->v[i] = round(x.v[i]);
+void Rounded(const Mat& x, bool f16, Mat* out) {
+  out->rows = x.rows;
+  out->cols = x.cols;
+  out->v = x.v;
+  RoundTo16(out->v.data(), static_cast<int64_t>(out->v.size()), f16);
 }
 
 // Rounded and transposed (the Cube reads K^T and Kdec^T as its A or B operand).
-void RoundedTransposed(const Mat& x, RoundFn round, Mat* out) {
+void RoundedTransposed(const Mat& x, bool f16, Mat* out) {
   out->Resize(x.cols, x.rows);
   for (int64_t i = 0; i < x.rows; ++i)
-    for (int64_t j = 0; j < x.cols; ++j) out->at(j, i) = round(x.v[static_cast<size_t>(i * x.cols + j)]);
+    for (int64_t j = 0; j < x.cols; ++j) out->at(j, i) = x.v[static_cast<size_t>(i * x.cols + j)];
+  RoundTo16(out->v.data(), static_cast<int64_t>(out->v.size()), f16);
 }
 
 // C = A B on rounded operands (a Cube product).
@@ -54,17 +54,36 @@ void Product(const Mat& a, const Mat& b, Mat* c) {
 }
 
 // A = (I + L)^-1 for strictly lower L, by forward substitution in FP32 (the
-// seeds' vector-unit recurrence and compensated Cube blocks are FP32-accurate).
+// seeds' vector-unit recurrence and compensated Cube blocks are FP32-accurate):
+// row i is -sum_k L[i][k] A[k][:] over k < i, each element's terms in k order.
 void UnitLowerInverse(const Mat& L, Mat* A) {
   const int64_t n = L.rows;
   A->Resize(n, n);
   for (int64_t i = 0; i < n; ++i) {
-    A->at(i, i) = 1.0f;
-    for (int64_t j = 0; j < i; ++j) {
-      float acc = 0.0f;
-      for (int64_t k = j; k < i; ++k) acc += L.v[static_cast<size_t>(i * n + k)] * A->at(k, j);
-      A->at(i, j) = -acc;
+    float* ai = A->row(i);
+    for (int64_t k = 0; k < i; ++k) {
+      const float l = L.v[static_cast<size_t>(i * n + k)];
+      const float* ak = A->row(k);
+      for (int64_t j = 0; j <= k; ++j) ai[j] += l * ak[j];  // A[k][j] = 0 for j > k
     }
+    for (int64_t j = 0; j < i; ++j) ai[j] = -ai[j];
+    ai[i] = 1.0f;
+  }
+}
+
+// n elements of a float tensor of any dtype from `offset`, widened.
+void LoadRow(const TensorView& t, int64_t offset, int64_t n, float* dst) {
+  const auto* h = static_cast<const uint16_t*>(t.data) + offset;
+  switch (t.dtype) {
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(h[i]);
+      break;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(h[i]);
+      break;
+    default:
+      std::copy(static_cast<const float*>(t.data) + offset, static_cast<const float*>(t.data) + offset + n, dst);
+      break;
   }
 }
 
@@ -72,7 +91,7 @@ void UnitLowerInverse(const Mat& L, Mat* A) {
 struct Work {
   Mat S, K, Q, V, Kb, Kd, Vb, Kdec;                    // FP32 (vector unit)
   Mat rK, rKt, rKb, rKd, rVb, rQ, rA, rS, rKcd, rP, rVnew, rKdecT;  // Cube operands
-  Mat KKt, L, A, Kcd, U, QKt, W, QS, O, Upd;
+  Mat KKt, L, A, Kcd, U, QKt, W, QS, O, Upd, decay;
   std::vector<float> beta, g, G, eG;
 };
 
@@ -80,7 +99,7 @@ struct ItemRef {
   const Inputs* in;
   const Problem* p;
   const Outputs* out;
-  RoundFn round;
+  bool f16;  // operands rounded to f16, else bf16
   int64_t b, h, t0, len;
 };
 
@@ -95,15 +114,13 @@ void LoadChunk(const ItemRef& it, int64_t c0, int64_t n, Work* w) {
   w->g.assign(n, 0.0f);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t t = it.t0 + c0 + i;
-    for (int64_t d = 0; d < p.Dk; ++d) {
-      w->K.at(i, d) = LoadAsF32(it.in->key.data, p.dtype, (t * p.Nk + hk) * p.Dk + d);
-      w->Q.at(i, d) = LoadAsF32(it.in->query.data, p.dtype, (t * p.Nk + hk) * p.Dk + d);
-    }
+    LoadRow(it.in->key, (t * p.Nk + hk) * p.Dk, p.Dk, w->K.row(i));
+    LoadRow(it.in->query, (t * p.Nk + hk) * p.Dk, p.Dk, w->Q.row(i));
     if (p.options.use_qk_l2norm) {
       L2NormalizeRow(w->K.row(i), p.Dk);
       L2NormalizeRow(w->Q.row(i), p.Dk);
     }
-    for (int64_t d = 0; d < p.Dv; ++d) w->V.at(i, d) = LoadAsF32(it.in->value.data, p.dtype, (t * p.Nv + it.h) * p.Dv + d);
+    LoadRow(it.in->value, (t * p.Nv + it.h) * p.Dv, p.Dv, w->V.row(i));
     w->beta[i] = LoadAsF32(it.in->beta.data, p.dtype, t * p.Nv + it.h);
     if (p.has_g) w->g[i] = LoadAsF32(it.in->g.data, p.g_dtype, t * p.Nv + it.h);
   }
@@ -119,7 +136,7 @@ void ScaleRows(const Mat& x, const std::vector<float>& f, Mat* y) {
 // One chunk of SPEC 4 on the state in w->S; writes the chunk's out rows.
 void Chunk(const ItemRef& it, int64_t c0, int64_t n, Work* w) {
   const Problem& p = *it.p;
-  const RoundFn R = it.round;
+  const bool R = it.f16;
   const float scale = static_cast<float>(p.scale);
   LoadChunk(it, c0, n, w);
   // 1. G = cumsum(g) in the chunk; e^G.
@@ -135,8 +152,11 @@ void Chunk(const ItemRef& it, int64_t c0, int64_t n, Work* w) {
   RoundedTransposed(w->K, R, &w->rKt);
   Product(w->rKb, w->rKt, &w->KKt);
   w->L.Resize(n, n);
+  w->decay.Resize(n, n);  // e^(G_i - G_j), j <= i: the masks' decays, shared by L and P
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < i; ++j) w->L.at(i, j) = w->KKt.at(i, j) * std::exp(w->G[i] - w->G[j]);
+    for (int64_t j = 0; j <= i; ++j) w->decay.at(i, j) = std::exp(w->G[i] - w->G[j]);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < i; ++j) w->L.at(i, j) = w->KKt.at(i, j) * w->decay.at(i, j);
   UnitLowerInverse(w->L, &w->A);
   Rounded(w->A, R, &w->rA);
   // 4. Kcd = A diag(e^G) Kb; U = A Vb.
@@ -151,7 +171,7 @@ void Chunk(const ItemRef& it, int64_t c0, int64_t n, Work* w) {
   Product(w->rQ, w->rKt, &w->QKt);
   w->L.Resize(n, n);  // reused as P in FP32
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j <= i; ++j) w->L.at(i, j) = w->QKt.at(i, j) * std::exp(w->G[i] - w->G[j]) * scale;
+    for (int64_t j = 0; j <= i; ++j) w->L.at(i, j) = w->QKt.at(i, j) * w->decay.at(i, j) * scale;
   Rounded(w->L, R, &w->rP);
   // 6. Vnew = U - Kcd S; O = scale diag(e^G) Q S + P Vnew.
   Rounded(w->S, R, &w->rS);
@@ -203,11 +223,11 @@ void RunItem(const ItemRef& it, Work* w) {
 }  // namespace
 
 Status Emulate(const Inputs& in, const Problem& p, Operands operands, const Outputs& out) {
-  const RoundFn round = operands == Operands::kF16 ? RoundF16 : RoundBf16;
+  const bool f16 = operands == Operands::kF16;
   std::vector<ItemRef> items;
   int64_t t0 = 0;
   for (int64_t b = 0; b < p.B; ++b) {
-    for (int64_t h = 0; h < p.Nv; ++h) items.push_back({&in, &p, &out, round, b, h, t0, p.seq_lens[b]});
+    for (int64_t h = 0; h < p.Nv; ++h) items.push_back({&in, &p, &out, f16, b, h, t0, p.seq_lens[b]});
     t0 += p.seq_lens[b];
   }
   const int64_t n = static_cast<int64_t>(items.size());
