@@ -113,7 +113,7 @@ void SetLengths(const std::vector<int64_t>& lens, OwnedInputs* o) {
 // Fault kDroppedState: the longest sequence split at its middle chunk
 // boundary, the second part starting from a zero state; its final state is
 // the second part's.
-Status DropState(const Inputs& in, const Problem& p, const Options& opt, const Profile& prof, OwnedOutputs* r) {
+Status DropState(const Inputs& in, const Problem& p, const Options& opt, const Profile& prof, const Outputs& out) {
   const auto longest = std::max_element(p.seq_lens.begin(), p.seq_lens.end());
   const int64_t b = longest - p.seq_lens.begin(), len = *longest;
   const int64_t chunks = (len + kChunk - 1) / kChunk;
@@ -145,12 +145,11 @@ Status DropState(const Inputs& in, const Problem& p, const Options& opt, const P
   OwnedOutputs split_run;
   Status s = ComputeBenchmark(o.views, opt, prof, &split_run);
   if (!s.ok()) return s;
-  s = PrepareOutputs(in, opt, r);
-  if (!s.ok()) return s;
-  std::memcpy(r->views.out.data, split_run.views.out.data, static_cast<size_t>(r->views.out.numel()) * DTypeSize(r->views.out.dtype));
+  std::memcpy(out.out.data, split_run.views.out.data, static_cast<size_t>(out.out.numel()) * DTypeSize(out.out.dtype));
+  if (!out.final_state.present()) return Status::Ok();
   std::vector<int64_t> keep;
   for (int64_t i = 0; i < p.B; ++i) keep.push_back(i <= b ? (i == b ? b + 1 : i) : i + 1);
-  CopyRows(split_run.views.final_state, keep, r->views.final_state);
+  CopyRows(split_run.views.final_state, keep, out.final_state);
   return Status::Ok();
 }
 
@@ -158,7 +157,7 @@ Status DropState(const Inputs& in, const Problem& p, const Options& opt, const P
 // full one gets the padding of that chunk filled with the previous chunk's
 // rows at the same positions (what an uncleared buffer holds), processed as
 // tokens; their outputs are dropped, their effect on the state stays.
-Status StaleTail(const Inputs& in, const Problem& p, const Options& opt, const Profile& prof, OwnedOutputs* r) {
+Status StaleTail(const Inputs& in, const Problem& p, const Options& opt, const Profile& prof, const Outputs& out) {
   std::vector<int64_t> rows, lens, out_rows;  // token rows of the padded case; original token -> padded row
   int64_t t0 = 0, padded = 0;
   for (int64_t b = 0; b < p.B; ++b) {
@@ -192,11 +191,11 @@ Status StaleTail(const Inputs& in, const Problem& p, const Options& opt, const P
   OwnedOutputs run;
   Status s = ComputeBenchmark(o.views, opt, prof, &run);
   if (!s.ok()) return s;
-  s = PrepareOutputs(in, opt, r);
-  if (!s.ok()) return s;
-  CopyRows(run.views.out, out_rows, r->views.out);
-  std::memcpy(r->views.final_state.data, run.views.final_state.data,
-              static_cast<size_t>(r->views.final_state.numel()) * DTypeSize(r->views.final_state.dtype));
+  CopyRows(run.views.out, out_rows, out.out);
+  if (out.final_state.present()) {
+    std::memcpy(out.final_state.data, run.views.final_state.data,
+                static_cast<size_t>(out.final_state.numel()) * DTypeSize(out.final_state.dtype));
+  }
   return Status::Ok();
 }
 
@@ -229,7 +228,19 @@ double HeadError(const TensorView& x, int64_t head, const std::vector<double>& r
   return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// The golden path's options: FP32 products, the plan's own formulation.
+Options GoldenOptions(Options o) {
+  o.precision = Precision::kFp32;
+  o.algo = Algo::kAuto;
+  return o;
+}
+
 }  // namespace
+
+Engine EngineFor(const Profile& p) {
+  if (p.engine != Engine::kAuto) return p.engine;
+  return p.operands == Operands::kBf16 ? Engine::kKernels : Engine::kEmulation;
+}
 
 const char* OperandsName(Operands o) { return NameOf(kOperands, o); }
 bool ParseOperands(const std::string& s, Operands* o) { return Parse(kOperands, s == "fp16" ? "f16" : s, o); }
@@ -267,11 +278,15 @@ Status ComputeGolden(const Inputs& in, const Options& opt, OwnedOutputs* r) {
   OwnedInputs wide;
   Status s = CastCase(in, opt, DType::kF32, DType::kF32, &wide);
   if (!s.ok()) return s;
-  Options o = opt;
-  o.precision = Precision::kFp32;
-  o.algo = Algo::kAuto;
+  const Options o = GoldenOptions(opt);
   s = PrepareOutputs(wide.views, o, r);
   return s.ok() ? Run(wide.views, r->views, o) : s;
+}
+
+Status GoldenInto(const Inputs& in, const Options& opt, const Outputs& out) {
+  OwnedInputs wide;
+  Status s = CastCase(in, opt, DType::kF32, DType::kF32, &wide);
+  return s.ok() ? Run(wide.views, out, GoldenOptions(opt)) : s;
 }
 
 Status CheckGoldenHead(const Inputs& in, const Options& opt, const Outputs& golden, int64_t head, HeadCheck* r) {
@@ -301,37 +316,46 @@ Status CheckGoldenHead(const Inputs& in, const Options& opt, const Outputs& gold
 }
 
 Status ComputeBenchmark(const Inputs& in, const Options& opt, const Profile& prof, OwnedOutputs* r) {
-  const Engine engine =
-      prof.engine != Engine::kAuto ? prof.engine : prof.operands == Operands::kBf16 ? Engine::kKernels : Engine::kEmulation;
+  Status s = PrepareOutputs(in, opt, r);
+  return s.ok() ? BenchmarkInto(in, opt, prof, r->views) : s;
+}
+
+Status BenchmarkInto(const Inputs& in, const Options& opt, const Profile& prof, const Outputs& out) {
+  const Engine engine = EngineFor(prof);
   if (engine == Engine::kKernels && prof.operands != Operands::kBf16) {
     return Status::Invalid("engine kernels: the kernels have bf16 operands only; use the emulation for f16");
   }
   Options o = opt;
   o.precision = Precision::kBf16;
   o.algo = Algo::kChunk64;
-  Status s = PrepareOutputs(in, o, r);
-  if (!s.ok()) return s;
-  if (engine == Engine::kKernels) return Run(in, r->views, o);
-  return Emulate(in, r->problem, prof.operands, r->views);
+  if (engine == Engine::kKernels) return Run(in, out, o);
+  Problem p;
+  Status s = Validate(in, out, o, &p);
+  return s.ok() ? Emulate(in, p, prof.operands, out) : s;
 }
 
 Status ComputeFaulty(const Inputs& in, const Options& opt, const Profile& prof, Fault f, OwnedOutputs* r) {
+  Status s = PrepareOutputs(in, opt, r);
+  return s.ok() ? FaultyInto(in, opt, prof, f, r->views) : s;
+}
+
+Status FaultyInto(const Inputs& in, const Options& opt, const Profile& prof, Fault f, const Outputs& out) {
   Problem p;
-  Status s = ValidateInputs(in, opt, &p);
+  Status s = Validate(in, out, opt, &p);
   if (!s.ok()) return s;
   switch (f) {
     case Fault::kNone:
-      return ComputeBenchmark(in, opt, prof, r);
+      return BenchmarkInto(in, opt, prof, out);
     case Fault::kDroppedState:
-      return DropState(in, p, opt, prof, r);
+      return DropState(in, p, opt, prof, out);
     case Fault::kTailMask:
-      return StaleTail(in, p, opt, prof, r);
+      return StaleTail(in, p, opt, prof, out);
     case Fault::kSwappedHeads:
       if (p.Nv < 2) return Status::Invalid(Cat("fault swapped-heads: needs Nv >= 2, got ", p.Nv));
-      s = ComputeBenchmark(in, opt, prof, r);
+      s = BenchmarkInto(in, opt, prof, out);
       if (!s.ok()) return s;
-      SwapHeads01(r->views.out);
-      SwapHeads01(r->views.final_state);
+      SwapHeads01(out.out);
+      if (out.final_state.present()) SwapHeads01(out.final_state);
       return Status::Ok();
     case Fault::kGSign: {
       if (!in.g.present()) return Status::Invalid("fault g-sign: needs g");
@@ -340,7 +364,7 @@ Status ComputeFaulty(const Inputs& in, const Options& opt, const Profile& prof, 
       o.buffers.emplace_back(static_cast<size_t>(std::max<int64_t>(1, RowBytes(in.g) * in.g.shape[0])));
       o.views.g.data = o.buffers.back().data();
       for (int64_t i = 0; i < in.g.numel(); ++i) StoreFromF32(o.views.g.data, in.g.dtype, i, -LoadAsF32(in.g.data, in.g.dtype, i));
-      return ComputeBenchmark(o.views, opt, prof, r);
+      return BenchmarkInto(o.views, opt, prof, out);
     }
   }
   return Status::Invalid("unknown fault");

@@ -36,6 +36,7 @@ struct Profile {
   Operands operands = Operands::kBf16;
   Engine engine = Engine::kAuto;
 };
+Engine EngineFor(const Profile& p);  // the engine kAuto stands for
 
 // Inputs in buffers this object owns.
 struct OwnedInputs {
@@ -55,8 +56,11 @@ using OwnedOutputs = OutputBuffers;
 Status CastCase(const Inputs& in, const Options& opt, DType io, DType state, OwnedInputs* out);
 
 // golden: cgdr::Run with FP32 products on the inputs widened to f32; out and
-// final_state in f32. opt: scale, layout, l2norm, threads.
+// final_state in f32. opt: scale, layout, l2norm, threads. The *Into forms
+// write into the caller's outputs (f32 here; below, the shapes and dtypes
+// PrepareOutputs gives), the others allocate them.
 Status ComputeGolden(const Inputs& in, const Options& opt, OwnedOutputs* r);
+Status GoldenInto(const Inputs& in, const Options& opt, const Outputs& out);
 // golden's normwise relative error ||x - ref|| / ||ref|| against the FP64
 // reference (reference/reference.h) on value head `head`: the "FP64-checked"
 // of the golden path, cheap enough for long T (one head's sub-case).
@@ -68,6 +72,7 @@ Status CheckGoldenHead(const Inputs& in, const Options& opt, const Outputs& gold
 
 // benchmark: the profile; out in query's dtype, final_state in the state's.
 Status ComputeBenchmark(const Inputs& in, const Options& opt, const Profile& p, OwnedOutputs* r);
+Status BenchmarkInto(const Inputs& in, const Options& opt, const Profile& p, const Outputs& out);
 
 // Classic NPU kernel bugs (docs/golden.md), planted into the benchmark.
 enum class Fault : uint8_t {
@@ -80,6 +85,7 @@ enum class Fault : uint8_t {
 const char* FaultName(Fault f);  // "none", "dropped-state", "tail-mask", "swapped-heads", "g-sign"
 bool ParseFault(const std::string& s, Fault* f);
 Status ComputeFaulty(const Inputs& in, const Options& opt, const Profile& p, Fault f, OwnedOutputs* r);
+Status FaultyInto(const Inputs& in, const Options& opt, const Profile& p, Fault f, const Outputs& out);
 
 // Generated cases: the operator's documented domain (q, k unit rows, v
 // normal, beta in (0.05, 0.95), g in [-1, 0], a state in [-0.5, 0.5]) or a

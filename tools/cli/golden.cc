@@ -227,9 +227,7 @@ int GoldenRun(GoldenRequest& r) {
     std::printf("             FP64 check, value head %lld: out %.2e, final_state %.2e (normwise relative error)\n",
                 static_cast<long long>(hc.head), hc.out_err, hc.state_err);
   }
-  const golden::Engine engine = r.profile.engine != golden::Engine::kAuto ? r.profile.engine
-                                : r.profile.operands == golden::Operands::kBf16 ? golden::Engine::kKernels
-                                                                                : golden::Engine::kEmulation;
+  const golden::Engine engine = golden::EngineFor(r.profile);
   std::printf("  benchmark  %s  %.2f s  (%s out; %s operands, FP32 accumulation, C=64; %s)\n", bench_path.c_str(),
               bench_s, DTypeName(b.views.out.dtype), golden::OperandsName(r.profile.operands), golden::EngineName(engine));
   if (r.fault != golden::Fault::kNone) {
