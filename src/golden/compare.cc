@@ -1,7 +1,6 @@
 #include "golden/compare.h"
 
 #include <algorithm>
-#include <cinttypes>
 #include <cstdio>
 #include <limits>
 #include <sstream>
@@ -15,23 +14,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int kJsonCells = 20;  // worst cells kept in the JSON report
-
-// n elements from `offset` of a float tensor of any dtype, widened.
-void LoadRow(const TensorView& t, int64_t offset, int64_t n, float* dst) {
-  switch (t.dtype) {
-    case DType::kF32: {
-      const float* p = static_cast<const float*>(t.data) + offset;
-      std::copy(p, p + n, dst);
-      break;
-    }
-    case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(static_cast<const uint16_t*>(t.data)[offset + i]);
-      break;
-    default:
-      for (int64_t i = 0; i < n; ++i) dst[i] = LoadAsF32(t.data, t.dtype, offset + i);
-      break;
-  }
-}
 
 // a / max(b, floor), with 0 / 0 = 0.
 double Ratio(double a, double b, double floor) {
@@ -51,8 +33,8 @@ struct Triple {
   TensorView golden, bench, actual;
 };
 
-// One unit of work: a block of rows [row0, row1) of `width` elements, each row
-// `stride` apart, starting at `base` (flat element indices).
+// One unit of work: `rows` rows of `width` elements, `stride` elements apart,
+// the first at flat element index `base`.
 struct Block {
   int64_t base = 0, rows = 0, stride = 0, width = 0;
 };
@@ -65,9 +47,9 @@ void Accumulate(const Triple& tr, const Block& b, double eps, const DTypeThresho
   float* xa = xb + b.width;
   for (int64_t r = 0; r < b.rows; ++r) {
     const int64_t off = b.base + r * b.stride;
-    LoadRow(tr.golden, off, b.width, g);
-    LoadRow(tr.bench, off, b.width, xb);
-    LoadRow(tr.actual, off, b.width, xa);
+    LoadRowAsF32(tr.golden.data, tr.golden.dtype, off, b.width, g);
+    LoadRowAsF32(tr.bench.data, tr.bench.dtype, off, b.width, xb);
+    LoadRowAsF32(tr.actual.data, tr.actual.dtype, off, b.width, xa);
     for (int64_t j = 0; j < b.width; ++j) {
       part->actual.Add(xa[j], g[j], off + j, eps, th);
       part->bench.Add(xb[j], g[j], off + j, eps, th);

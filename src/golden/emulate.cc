@@ -71,22 +71,6 @@ void UnitLowerInverse(const Mat& L, Mat* A) {
   }
 }
 
-// n elements of a float tensor of any dtype from `offset`, widened.
-void LoadRow(const TensorView& t, int64_t offset, int64_t n, float* dst) {
-  const auto* h = static_cast<const uint16_t*>(t.data) + offset;
-  switch (t.dtype) {
-    case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(h[i]);
-      break;
-    case DType::kF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(h[i]);
-      break;
-    default:
-      std::copy(static_cast<const float*>(t.data) + offset, static_cast<const float*>(t.data) + offset + n, dst);
-      break;
-  }
-}
-
 // Per-thread working set of one chunk.
 struct Work {
   Mat S, K, Q, V, Kb, Kd, Vb, Kdec;                    // FP32 (vector unit)
@@ -114,13 +98,13 @@ void LoadChunk(const ItemRef& it, int64_t c0, int64_t n, Work* w) {
   w->g.assign(n, 0.0f);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t t = it.t0 + c0 + i;
-    LoadRow(it.in->key, (t * p.Nk + hk) * p.Dk, p.Dk, w->K.row(i));
-    LoadRow(it.in->query, (t * p.Nk + hk) * p.Dk, p.Dk, w->Q.row(i));
+    LoadRowAsF32(it.in->key.data, p.dtype, (t * p.Nk + hk) * p.Dk, p.Dk, w->K.row(i));
+    LoadRowAsF32(it.in->query.data, p.dtype, (t * p.Nk + hk) * p.Dk, p.Dk, w->Q.row(i));
     if (p.options.use_qk_l2norm) {
       L2NormalizeRow(w->K.row(i), p.Dk);
       L2NormalizeRow(w->Q.row(i), p.Dk);
     }
-    LoadRow(it.in->value, (t * p.Nv + it.h) * p.Dv, p.Dv, w->V.row(i));
+    LoadRowAsF32(it.in->value.data, p.dtype, (t * p.Nv + it.h) * p.Dv, p.Dv, w->V.row(i));
     w->beta[i] = LoadAsF32(it.in->beta.data, p.dtype, t * p.Nv + it.h);
     if (p.has_g) w->g[i] = LoadAsF32(it.in->g.data, p.g_dtype, t * p.Nv + it.h);
   }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -55,9 +56,25 @@ const char kCompareUsage[] =
     "  --dtype: the NPU output dtype whose thresholds apply (default: actual's or benchmark's 16-bit one).\n"
     "  exit status: 0 pass at --level (default L1), 1 fail, 2 bad input.\n";
 
-double Seconds(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+// Wall and CPU time of each step ("12.3 s, 24.1 CPU-s"): on a shared machine
+// the wall time depends on the neighbours, the CPU time (all threads) much less.
+class Stopwatch {
+ public:
+  std::string Lap() {
+    const auto wall = std::chrono::steady_clock::now();
+    const std::clock_t cpu = std::clock();
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.2f s, %.1f CPU-s", std::chrono::duration<double>(wall - wall_).count(),
+                  static_cast<double>(cpu - cpu_) / CLOCKS_PER_SEC);
+    wall_ = wall;
+    cpu_ = cpu;
+    return buf;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point wall_ = std::chrono::steady_clock::now();
+  std::clock_t cpu_ = std::clock();
+};
 
 std::string Prefixed(const std::string& what, const Status& s) { return what + ": " + s.message(); }
 
@@ -183,7 +200,9 @@ std::vector<int64_t> CheckedHeads(int64_t n, int64_t nv) {
 
 int GoldenRun(GoldenRequest& r) {
   LoadedInputs c;
+  Stopwatch watch;
   if (Status s = GetCase(&r, &c); !s.ok()) return ReportError(s);
+  const std::string case_time = watch.Lap();
   c.options.threads = r.threads;
   golden::OwnedInputs npu;
   if (Status s = golden::CastCase(c.inputs, c.options, r.io, r.state, &npu); !s.ok()) {
@@ -192,18 +211,18 @@ int GoldenRun(GoldenRequest& r) {
   const Inputs& in = npu.views;
   if (!r.operands_given) r.profile.operands = in.query.dtype == DType::kF16 ? golden::Operands::kF16 : golden::Operands::kBf16;
 
-  auto t0 = std::chrono::steady_clock::now();
+  watch.Lap();
   golden::OwnedOutputs g, b, actual;
   if (Status s = golden::ComputeGolden(in, c.options, &g); !s.ok()) return ReportError(s);
-  const double golden_s = Seconds(t0);
+  const std::string golden_time = watch.Lap();
   std::vector<golden::HeadCheck> checks;
   for (int64_t h : CheckedHeads(r.check_heads, g.problem.Nv)) {
     checks.emplace_back();
     if (Status s = golden::CheckGoldenHead(in, c.options, g.views, h, &checks.back()); !s.ok()) return ReportError(s);
   }
-  t0 = std::chrono::steady_clock::now();
+  const std::string check_time = watch.Lap();
   if (Status s = golden::ComputeBenchmark(in, c.options, r.profile, &b); !s.ok()) return ReportError(s);
-  const double bench_s = Seconds(t0);
+  const std::string bench_time = watch.Lap();
   if (r.fault != golden::Fault::kNone) {
     if (Status s = golden::ComputeFaulty(in, c.options, r.profile, r.fault, &actual); !s.ok()) return ReportError(s);
   }
@@ -221,15 +240,18 @@ int GoldenRun(GoldenRequest& r) {
               static_cast<long long>(p.T), static_cast<long long>(p.B), static_cast<long long>(p.Nk),
               static_cast<long long>(p.Nv), static_cast<long long>(p.Dk), static_cast<long long>(p.Dv),
               DTypeName(in.query.dtype), DTypeName(b.views.final_state.dtype), ResolveThreadCount(r.threads));
-  if (r.generate) std::printf("  case       %s (%s)\n", BundlePath(c.kind, r.dir, "case").c_str(), golden::DistributionName(r.dist));
-  std::printf("  golden     %s  %.2f s  (f32; FP32 products and state)\n", golden_path.c_str(), golden_s);
+  std::printf("  case       %s  %s  (%s)\n", r.generate ? BundlePath(c.kind, r.dir, "case").c_str() : r.input.c_str(),
+              case_time.c_str(), r.generate ? golden::DistributionName(r.dist) : "read");
+  std::printf("  golden     %s  %s  (f32; FP32 products and state)\n", golden_path.c_str(), golden_time.c_str());
   for (const auto& hc : checks) {
     std::printf("             FP64 check, value head %lld: out %.2e, final_state %.2e (normwise relative error)\n",
                 static_cast<long long>(hc.head), hc.out_err, hc.state_err);
   }
+  if (!checks.empty()) std::printf("             (FP64 check %s)\n", check_time.c_str());
   const golden::Engine engine = golden::EngineFor(r.profile);
-  std::printf("  benchmark  %s  %.2f s  (%s out; %s operands, FP32 accumulation, C=64; %s)\n", bench_path.c_str(),
-              bench_s, DTypeName(b.views.out.dtype), golden::OperandsName(r.profile.operands), golden::EngineName(engine));
+  std::printf("  benchmark  %s  %s  (%s out; %s operands, FP32 accumulation, C=64; %s)\n", bench_path.c_str(),
+              bench_time.c_str(), DTypeName(b.views.out.dtype), golden::OperandsName(r.profile.operands),
+              golden::EngineName(engine));
   if (r.fault != golden::Fault::kNone) {
     std::printf("  actual     %s  (the benchmark with fault %s planted)\n", actual_path.c_str(),
                 golden::FaultName(r.fault));
