@@ -196,16 +196,24 @@ TEST(golden, GoldenIsTheExactPathCheckedInFP64) {
 }
 
 TEST(golden, BenchmarkPassesAgainstItselfAndTheEmulationAgrees) {
-  Results r = Compute(SmallSpec(), Profile{Operands::kBf16, Engine::kKernels});
-  const CompareReport self = CompareWith(r, r.bench.views);
-  for (const auto& t : self.tensors) EXPECT_TRUE(t.pass[2]) << t.name << ": " << t.why[2];
-  // The emulation of the same profile (the NPU's association, its own code) is as accurate.
-  OwnedOutputs emu;
-  ASSERT_TRUE(ComputeBenchmark(r.c.inputs(), r.c.options(), Profile{Operands::kBf16, Engine::kEmulation}, &emu).ok());
-  const CompareReport cross = CompareWith(r, emu.views);
-  for (const auto& t : cross.tensors) {
-    EXPECT_TRUE(t.pass[2]) << t.name << ": " << t.why[2];
-    EXPECT_NEAR(t.actual.rmse() / t.bench.rmse(), 1.0, 0.25) << t.name;  // same rounding, other association
+  for (bool kv_l2norm : {false, true}) {
+    SCOPED_TRACE(kv_l2norm ? "layout kv, l2norm" : "layout vk");
+    CaseSpec spec = SmallSpec();
+    if (kv_l2norm) {
+      spec.layout = StateLayout::kKV;
+      spec.use_qk_l2norm = true;
+    }
+    Results r = Compute(spec, Profile{Operands::kBf16, Engine::kKernels});
+    const CompareReport self = CompareWith(r, r.bench.views);
+    for (const auto& t : self.tensors) EXPECT_TRUE(t.pass[2]) << t.name << ": " << t.why[2];
+    // The emulation of the same profile (the NPU's association, its own code) is as accurate.
+    OwnedOutputs emu;
+    ASSERT_TRUE(ComputeBenchmark(r.c.inputs(), r.c.options(), Profile{Operands::kBf16, Engine::kEmulation}, &emu).ok());
+    const CompareReport cross = CompareWith(r, emu.views);
+    for (const auto& t : cross.tensors) {
+      EXPECT_TRUE(t.pass[2]) << t.name << ": " << t.why[2];
+      EXPECT_NEAR(t.actual.rmse() / t.bench.rmse(), 1.0, 0.25) << t.name;  // same rounding, other association
+    }
   }
 }
 
