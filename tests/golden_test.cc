@@ -2,6 +2,8 @@
 // the golden and benchmark results, the fp16 emulation, and planted NPU
 // kernel bugs that must fail the right verdict while the benchmark passes.
 // Suite named `golden`.
+#include "golden/golden.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,7 +15,6 @@
 #include "core/synthetic.h"
 #include "golden/compare.h"
 #include "golden/emulate_simd.h"
-#include "golden/golden.h"
 #include "test_util.h"
 
 namespace cgdr::golden {
@@ -77,7 +78,7 @@ TEST(golden, RatiosUseFlooredDenominators) {
 TEST(golden, LevelsAndNonFinite) {
   ErrorStats a, b;
   b.normal = a.normal = 10;
-  b.sum_rel = 10 * 0.01;  // MERE 0.01, well above the floor
+  b.sum_rel = 10 * 0.01;   // MERE 0.01, well above the floor
   a.sum_rel = 10 * 0.013;  // ratio 1.3: passes L0 (2) and L1 (1.5), fails L2 (1.2)
   const DTypeThresholds th = ThresholdsFor(DType::kBF16);
   const Ratios r = RatiosOf(a, b, th);
@@ -93,7 +94,8 @@ TEST(golden, LevelsAndNonFinite) {
   EXPECT_FALSE(Passes(a, b, RatiosOf(a, b, th), 0, &why));
   EXPECT_NE(why.find("small-value ratio 2.5 > 2"), std::string::npos) << why;
   // A NaN where golden is finite fails every level.
-  const ErrorStats n = StatsOf({1.0f, NAN}, {1.0f, 1.0f}, DType::kBF16), ok = StatsOf({1.0f, 1.0f}, {1.0f, 1.0f}, DType::kBF16);
+  const ErrorStats n = StatsOf({1.0f, NAN}, {1.0f, 1.0f}, DType::kBF16),
+                   ok = StatsOf({1.0f, 1.0f}, {1.0f, 1.0f}, DType::kBF16);
   EXPECT_EQ(n.nonfinite, 1);
   EXPECT_FALSE(Passes(n, ok, RatiosOf(n, ok, th), 0, &why));
   EXPECT_EQ(why, "1 non-finite values");
@@ -111,7 +113,8 @@ TEST(golden, RoundTo16IsTheScalarConversion) {
       for (uint32_t sign : {0u, 0x80000000u}) x.push_back(F32FromBits(sign | (e << 23) | m));
     }
   }
-  for (float v : {65504.0f, 65519.99f, 65520.0f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-14f, 0x1.ffcp-15f}) x.push_back(v);
+  for (float v : {65504.0f, 65519.99f, 65520.0f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-14f, 0x1.ffcp-15f})
+    x.push_back(v);
   testing::ForEachTarget([&](const std::string& target) {
     for (bool f16 : {false, true}) {
       std::vector<float> r = x;
@@ -343,8 +346,8 @@ TEST(golden, ReportJsonHasTheStandardsFields) {
   EXPECT_EQ(j["level"], "L1");
   EXPECT_TRUE(j["pass"].get<bool>());
   const auto& out = j["tensors"]["out"];
-  for (const char* k : {"mare", "mere", "rmse", "small_value_errors", "cosine_similarity", "max_abs_error", "max_abs_index",
-                        "max_rel_error", "max_rel_index"}) {
+  for (const char* k : {"mare", "mere", "rmse", "small_value_errors", "cosine_similarity", "max_abs_error",
+                        "max_abs_index", "max_rel_error", "max_rel_index"}) {
     EXPECT_TRUE(out["actual"].contains(k)) << k;
   }
   EXPECT_EQ(out["actual"]["max_abs_index"].size(), 3u);  // [t, head, j]
@@ -362,7 +365,7 @@ TEST(golden, CastCaseGivesTheNpuDtypes) {
   OwnedInputs o;
   ASSERT_TRUE(CastCase(c.inputs(), c.options(), DType::kBF16, DType::kF32, &o).ok());
   EXPECT_EQ(o.views.query.dtype, DType::kBF16);
-  EXPECT_EQ(o.views.g.dtype, DType::kF32);  // g stays
+  EXPECT_EQ(o.views.g.dtype, DType::kF32);       // g stays
   ASSERT_TRUE(o.views.initial_state.present());  // zero, so that final_state comes out in f32
   EXPECT_EQ(o.views.initial_state.dtype, DType::kF32);
   OwnedOutputs b;

@@ -92,7 +92,8 @@ TEST(tensor_files, NpyRejectsWhatItCannotRead) {
   ExpectError(Parse(NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, -2), }", four), &a), "'shape'");
   ExpectError(Parse(NpyBytes("{'descr': '<f4', 'shape': (4,), }", four), &a), "lacks 'fortran_order'");
   ExpectError(Parse(NpyBytes("{'descr': '<i8', 'fortran_order': False, 'shape': (1,), }",
-                             Raw(std::vector<int64_t>{int64_t{1} << 40})), &a),
+                             Raw(std::vector<int64_t>{int64_t{1} << 40})),
+                    &a),
               "does not fit int32");
 }
 
@@ -125,8 +126,8 @@ Case SmallCase() {
 
 void ExpectSameInputs(const Inputs& want, const Inputs& got) {
   const std::pair<const TensorView*, const TensorView*> pairs[] = {
-      {&want.query, &got.query}, {&want.key, &got.key},     {&want.value, &got.value},
-      {&want.beta, &got.beta},   {&want.g, &got.g},         {&want.initial_state, &got.initial_state},
+      {&want.query, &got.query},      {&want.key, &got.key}, {&want.value, &got.value},
+      {&want.beta, &got.beta},        {&want.g, &got.g},     {&want.initial_state, &got.initial_state},
       {&want.seq_lens, &got.seq_lens}};
   for (const auto& [w, g] : pairs) {
     ASSERT_TRUE(g->present());
@@ -176,14 +177,16 @@ TEST(tensor_files, BadFilesGetOneLineErrors) {
   TensorBundle b;
   WriteText(dir / "q.bin", std::string(6, '\0'));
   WriteText(dir / "short.json", R"({"tensors": {"query": {"file": "q.bin", "dtype": "bf16", "shape": [2, 2]}}})");
-  ExpectError(ReadTensorBundle(dir / "short.json", &b), "tensor 'query': " + (dir / "q.bin") + " holds 6 bytes, expected 8");
+  ExpectError(ReadTensorBundle(dir / "short.json", &b),
+              "tensor 'query': " + (dir / "q.bin") + " holds 6 bytes, expected 8");
   WriteText(dir / "missing.json", R"({"tensors": {"query": {"file": "nope.bin", "dtype": "bf16", "shape": [1]}}})");
   ExpectError(ReadTensorBundle(dir / "missing.json", &b), "nope.bin: cannot open");
   WriteText(dir / "dtype.json", R"({"tensors": {"query": {"file": "q.bin", "dtype": "float64", "shape": [3]}}})");
   ExpectError(ReadTensorBundle(dir / "dtype.json", &b), "unsupported dtype \"float64\"");
   WriteText(dir / "broken.json", R"({"tensors": {"query": )");
   ExpectError(ReadTensorBundle(dir / "broken.json", &b), "not valid JSON");
-  WriteText(dir / "extra.json", R"({"tensors": {"query": {"file": "q.bin", "dtype": "bf16", "shape": [3]}}, "shapes": 1})");
+  WriteText(dir / "extra.json",
+            R"({"tensors": {"query": {"file": "q.bin", "dtype": "bf16", "shape": [3]}}, "shapes": 1})");
   ExpectError(ReadTensorBundle(dir / "extra.json", &b), "unknown key 'shapes'");
   ExpectError(ReadTensorBundle(dir / "q.npy", &b), "give the directory");
   ExpectError(ReadTensorBundle(dir / "case.txt", &b), "No such file or directory");

@@ -183,7 +183,9 @@ void Golden(const py::object& query, const py::object& key, const py::object& va
   const cgdr::Options opt = MakeOptions(scale, use_qk_l2norm, state_layout, threads, "auto", false);
   cgdr::golden::Profile prof;
   cgdr::golden::Fault f;
-  if (!cgdr::golden::ParseOperands(operands, &prof.operands)) ValueError("operands: expected 'bf16' or 'f16', got '" + operands + "'");
+  if (!cgdr::golden::ParseOperands(operands, &prof.operands)) {
+    ValueError("operands: expected 'bf16' or 'f16', got '" + operands + "'");
+  }
   if (!cgdr::golden::ParseEngine(engine, &prof.engine)) {
     ValueError("engine: expected 'auto', 'kernels' or 'emulation', got '" + engine + "'");
   }
@@ -212,7 +214,9 @@ std::string Compare(const py::tuple& golden, const py::tuple& bench, const py::t
   };
   const cgdr::Outputs go = outputs("golden", golden), bo = outputs("benchmark", bench), ao = outputs("actual", actual);
   cgdr::golden::CompareOptions opt;
-  if (!cgdr::golden::ParseLevel(level, &opt.level)) ValueError("level: expected 'L0', 'L1' or 'L2', got '" + level + "'");
+  if (!cgdr::golden::ParseLevel(level, &opt.level)) {
+    ValueError("level: expected 'L0', 'L1' or 'L2', got '" + level + "'");
+  }
   if (!dtype.empty()) {
     opt.dtype_given = true;
     if (!cgdr::ParseDType(dtype, &opt.dtype) || opt.dtype == cgdr::DType::kI32) {

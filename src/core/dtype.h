@@ -72,7 +72,9 @@ inline void LoadRowAsF32(const void* base, DType t, int64_t offset, int64_t n, f
   switch (t) {
     case DType::kF16: for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(h[i]); break;
     case DType::kBF16: for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(h[i]); break;
-    case DType::kF32: std::memcpy(dst, static_cast<const float*>(base) + offset, static_cast<size_t>(n) * sizeof(float)); break;
+    case DType::kF32:
+      std::memcpy(dst, static_cast<const float*>(base) + offset, static_cast<size_t>(n) * sizeof(float));
+      break;
     default: break;
   }
 }

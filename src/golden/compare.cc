@@ -141,7 +141,8 @@ void Evaluate(const Triple& tr, std::vector<Part> cells, const std::vector<Block
   for (int l = 0; l < kLevels; ++l) rep->pass[l] = Passes(rep->actual, rep->bench, rep->ratios, l, &rep->why[l]);
   rep->sequences = Group(cells, n_seq, true, th);
   rep->heads = Group(cells, n_heads, false, th);
-  std::stable_sort(cells.begin(), cells.end(), [](const Part& a, const Part& b) { return a.rmse_ratio > b.rmse_ratio; });
+  std::stable_sort(cells.begin(), cells.end(),
+                   [](const Part& a, const Part& b) { return a.rmse_ratio > b.rmse_ratio; });
   if (cells.size() > static_cast<size_t>(kJsonCells)) cells.resize(kJsonCells);
   rep->cells = std::move(cells);
 }
@@ -198,10 +199,12 @@ Status SequenceLengths(const Outputs& actual, const CompareOptions& opt, std::ve
       if (l < 0) return Status::Invalid(Cat("seq_lens: expected lengths >= 0, got ", l));
       sum += l;
     }
-    if (sum != T) return Status::Invalid(Cat("seq_lens: expected the lengths to sum to T = ", T, " (out's first dimension), got ", sum));
+    if (sum != T)
+      return Status::Invalid(
+          Cat("seq_lens: expected the lengths to sum to T = ", T, " (out's first dimension), got ", sum));
     if (actual.final_state.present() && actual.final_state.shape[0] != static_cast<int64_t>(opt.seq_lens.size())) {
-      return Status::Invalid(Cat("seq_lens: ", opt.seq_lens.size(), " sequences, but final_state holds ",
-                                 actual.final_state.shape[0]));
+      return Status::Invalid(
+          Cat("seq_lens: ", opt.seq_lens.size(), " sequences, but final_state holds ", actual.final_state.shape[0]));
     }
     *lens = opt.seq_lens;
     return Status::Ok();
@@ -281,7 +284,8 @@ std::string Sci(double x) {
 
 // "3: 25.1 (tokens 64-127), 0: 1.01, ..." worst first.
 std::string WorstParts(std::vector<Part> parts, int worst, bool sequences, bool out) {
-  std::stable_sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.rmse_ratio > b.rmse_ratio; });
+  std::stable_sort(parts.begin(), parts.end(),
+                   [](const Part& a, const Part& b) { return a.rmse_ratio > b.rmse_ratio; });
   std::string s;
   int shown = 0;
   for (const Part& p : parts) {
@@ -296,7 +300,8 @@ std::string WorstParts(std::vector<Part> parts, int worst, bool sequences, bool 
   return s;
 }
 
-void AppendTensorText(const TensorReport& r, const CompareReport& rep, int worst, StateLayout layout, std::ostream& os) {
+void AppendTensorText(const TensorReport& r, const CompareReport& rep, int worst, StateLayout layout,
+                      std::ostream& os) {
   std::string shape = "[";
   for (size_t i = 0; i < r.shape.size(); ++i) shape += Cat(i ? ", " : "", r.shape[i]);
   shape += "]";
@@ -316,15 +321,19 @@ void AppendTensorText(const TensorReport& r, const CompareReport& rep, int worst
   row("MERE", r.actual.mere(), r.bench.mere(), r.ratios.mere, L[0].mere, L[1].mere, L[2].mere);
   row("RMSE", r.actual.rmse(), r.bench.rmse(), r.ratios.rmse, L[0].rmse, L[1].rmse, L[2].rmse);
   std::snprintf(line, sizeof line, "  %-22s %-12s %-12s %-9s %s/%s/%s\n", "small-value errors",
-                Cat(r.actual.small_errors, "/", r.actual.small).c_str(), Cat(r.bench.small_errors, "/", r.bench.small).c_str(),
-                Num(r.ratios.small).c_str(), Num(L[0].small).c_str(), Num(L[1].small).c_str(), Num(L[2].small).c_str());
+                Cat(r.actual.small_errors, "/", r.actual.small).c_str(),
+                Cat(r.bench.small_errors, "/", r.bench.small).c_str(), Num(r.ratios.small).c_str(),
+                Num(L[0].small).c_str(), Num(L[1].small).c_str(), Num(L[2].small).c_str());
   os << line;
-  std::snprintf(line, sizeof line, "  %-22s %-12.9f %-12.9f\n", "cosine similarity", r.actual.cosine(), r.bench.cosine());
+  std::snprintf(line, sizeof line, "  %-22s %-12.9f %-12.9f\n", "cosine similarity", r.actual.cosine(),
+                r.bench.cosine());
   os << line;
-  os << "  max abs error          actual " << Sci(r.actual.max_abs) << " at " << IndexString(r, r.actual.max_abs_at, layout)
-     << ", benchmark " << Sci(r.bench.max_abs) << " at " << IndexString(r, r.bench.max_abs_at, layout) << "\n";
-  os << "  max rel error          actual " << Sci(r.actual.max_rel) << " at " << IndexString(r, r.actual.max_rel_at, layout)
-     << ", benchmark " << Sci(r.bench.max_rel) << " at " << IndexString(r, r.bench.max_rel_at, layout) << "\n";
+  os << "  max abs error          actual " << Sci(r.actual.max_abs) << " at "
+     << IndexString(r, r.actual.max_abs_at, layout) << ", benchmark " << Sci(r.bench.max_abs) << " at "
+     << IndexString(r, r.bench.max_abs_at, layout) << "\n";
+  os << "  max rel error          actual " << Sci(r.actual.max_rel) << " at "
+     << IndexString(r, r.actual.max_rel_at, layout) << ", benchmark " << Sci(r.bench.max_rel) << " at "
+     << IndexString(r, r.bench.max_rel_at, layout) << "\n";
   if (r.actual.nonfinite || r.bench.nonfinite) {
     os << "  non-finite values      actual " << r.actual.nonfinite << ", benchmark " << r.bench.nonfinite << "\n";
   }
@@ -447,7 +456,8 @@ bool Passes(const ErrorStats& a, const ErrorStats& b, const Ratios& r, int level
   const struct {
     const char* name;
     double ratio, limit;
-  } checks[] = {{"MARE", r.mare, L.mare}, {"MERE", r.mere, L.mere}, {"RMSE", r.rmse, L.rmse}, {"small-value", r.small, L.small}};
+  } checks[] = {
+      {"MARE", r.mare, L.mare}, {"MERE", r.mere, L.mere}, {"RMSE", r.rmse, L.rmse}, {"small-value", r.small, L.small}};
   for (const auto& c : checks) {
     if (!(c.ratio <= c.limit)) fails.push_back(Cat(c.name, " ratio ", Num(c.ratio), " > ", Num(c.limit)));
   }
@@ -465,8 +475,10 @@ bool CompareReport::pass() const {
 
 Status Compare(const Outputs& golden, const Outputs& bench, const Outputs& actual, const CompareOptions& opt,
                CompareReport* report) {
-  if (opt.level < 0 || opt.level >= kLevels) return Status::Invalid(Cat("level: expected L0, L1 or L2, got ", opt.level));
-  if (!(opt.eps >= 0.0) || !std::isfinite(opt.eps)) return Status::Invalid(Cat("eps: expected a number >= 0, got ", opt.eps));
+  if (opt.level < 0 || opt.level >= kLevels)
+    return Status::Invalid(Cat("level: expected L0, L1 or L2, got ", opt.level));
+  if (!(opt.eps >= 0.0) || !std::isfinite(opt.eps))
+    return Status::Invalid(Cat("eps: expected a number >= 0, got ", opt.eps));
   if (opt.chunk < 1) return Status::Invalid(Cat("chunk: expected >= 1, got ", opt.chunk));
   const Triple out{"out", golden.out, bench.out, actual.out};
   Status s = CheckTriple(out, 3, opt);
@@ -476,8 +488,8 @@ Status Compare(const Outputs& golden, const Outputs& bench, const Outputs& actua
     s = CheckTriple(state, 4, opt);
     if (!s.ok()) return s;
     if (state.actual.shape[1] != out.actual.shape[1]) {
-      return Status::Invalid(Cat(opt.actual_label, ": final_state has ", state.actual.shape[1], " heads, out ",
-                                 out.actual.shape[1]));
+      return Status::Invalid(
+          Cat(opt.actual_label, ": final_state has ", state.actual.shape[1], " heads, out ", out.actual.shape[1]));
     }
   }
   CompareReport r;
@@ -512,7 +524,9 @@ nlohmann::json ReportJson(const CompareReport& r) {
     tj["thresholds"] = {{"small_value", th.small_value}, {"small_value_atol", th.small_atol}, {"floor", th.floor}};
     tj["actual"] = StatsJson(t, t.actual);
     tj["benchmark"] = StatsJson(t, t.bench);
-    tj["ratio"] = {{"mare", Number(t.ratios.mare)}, {"mere", Number(t.ratios.mere)}, {"rmse", Number(t.ratios.rmse)},
+    tj["ratio"] = {{"mare", Number(t.ratios.mare)},
+                   {"mere", Number(t.ratios.mere)},
+                   {"rmse", Number(t.ratios.rmse)},
                    {"small_value", Number(t.ratios.small)}};
     for (int l = 0; l < kLevels; ++l) {
       tj["levels"][kLevelLimits[l].name] = {{"pass", t.pass[l]}, {"why", t.why[l]}};

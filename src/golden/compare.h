@@ -8,10 +8,9 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cgdr/cgdr.hpp"
 
@@ -41,15 +40,15 @@ DTypeThresholds ThresholdsFor(DType t);
 
 // Error of one tensor against golden over a set of elements.
 struct ErrorStats {
-  int64_t count = 0;         // elements compared
-  int64_t normal = 0;        // |golden| >= small_value
-  int64_t small = 0;         // |golden| < small_value
-  int64_t small_errors = 0;  // small ones with |x - golden| > small_atol
-  int64_t nonfinite = 0;     // x not finite where golden is (or a different non-finite)
+  int64_t count = 0;                    // elements compared
+  int64_t normal = 0;                   // |golden| >= small_value
+  int64_t small = 0;                    // |golden| < small_value
+  int64_t small_errors = 0;             // small ones with |x - golden| > small_atol
+  int64_t nonfinite = 0;                // x not finite where golden is (or a different non-finite)
   double sum_rel = 0.0, max_rel = 0.0;  // rel = |x - g| / (|g| + eps), normal domain
   int64_t max_rel_at = -1;
-  double sum_sq = 0.0, sum_gg = 0.0;    // (x - g)^2 and g^2, normal domain
-  double max_abs = 0.0;                 // all finite elements
+  double sum_sq = 0.0, sum_gg = 0.0;  // (x - g)^2 and g^2, normal domain
+  double max_abs = 0.0;               // all finite elements
   int64_t max_abs_at = -1;
   double dot = 0.0, xx = 0.0, gg = 0.0;  // cosine similarity, all finite elements
 
@@ -80,7 +79,7 @@ struct Part {
 };
 
 struct TensorReport {
-  std::string name;           // "out" or "final_state"
+  std::string name;  // "out" or "final_state"
   std::vector<int64_t> shape;
   DType dtype = DType::kF32;  // whose thresholds apply (the NPU's output dtype)
   ErrorStats actual, bench;
@@ -100,15 +99,15 @@ struct CompareReport {
 };
 
 struct CompareOptions {
-  int level = 1;                   // the level the exit status reflects
-  double eps = 1e-3;               // relative error denominators |golden| + eps
-  bool dtype_given = false;        // force `dtype`'s thresholds, else the NPU output's
+  int level = 1;             // the level the exit status reflects
+  double eps = 1e-3;         // relative error denominators |golden| + eps
+  bool dtype_given = false;  // force `dtype`'s thresholds, else the NPU output's
   DType dtype = DType::kBF16;
-  std::vector<int64_t> seq_lens;   // empty: one sequence when final_state has B = 1
+  std::vector<int64_t> seq_lens;  // empty: one sequence when final_state has B = 1
   StateLayout layout = StateLayout::kVK;
-  int chunk = 64;                  // token block of the chunk breakdown (the NPU's C)
+  int chunk = 64;  // token block of the chunk breakdown (the NPU's C)
   int threads = 0;
-  int worst = 5;                   // parts listed in the text report
+  int worst = 5;  // parts listed in the text report
   // How errors name the three results (the CLI adds their paths).
   std::string golden_label = "golden", bench_label = "benchmark", actual_label = "actual";
 };

@@ -16,7 +16,6 @@ namespace {
 
 constexpr int64_t kChunk = 64;  // the NPU's chunk size (seeds 000 s.5.10: the Cube paths need chunkLen == 64)
 
-
 // A row-major matrix in FP32.
 struct Mat {
   int64_t rows = 0, cols = 0;
@@ -73,7 +72,7 @@ void UnitLowerInverse(const Mat& L, Mat* A) {
 
 // Per-thread working set of one chunk.
 struct Work {
-  Mat S, K, Q, V, Kb, Kd, Vb, Kdec;                    // FP32 (vector unit)
+  Mat S, K, Q, V, Kb, Kd, Vb, Kdec;                                 // FP32 (vector unit)
   Mat rK, rKt, rKb, rKd, rVb, rQ, rA, rS, rKcd, rP, rVnew, rKdecT;  // Cube operands
   Mat KKt, L, A, Kcd, U, QKt, W, QS, O, Upd, decay;
   std::vector<float> beta, g, G, eG;

@@ -6,13 +6,13 @@
 // not a multiple of a vector) in scalar code with the same order of additions.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "golden/emulate_simd.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
+#include "golden/emulate_simd.h"
 
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "golden/emulate_simd.h"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace cgdr::golden {
@@ -121,8 +121,8 @@ HWY_EXPORT(RoundTo16Impl);
 
 void RoundTo16(float* x, int64_t n, bool f16) { HWY_DYNAMIC_DISPATCH(RoundTo16Impl)(x, n, f16); }
 
-void GemmRounded(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m,
-                 int64_t n, int64_t k, bool accumulate) {
+void GemmRounded(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m, int64_t n,
+                 int64_t k, bool accumulate) {
   HWY_DYNAMIC_DISPATCH(GemmRoundedImpl)(a, lda, b, ldb, c, ldc, m, n, k, accumulate);
 }
 

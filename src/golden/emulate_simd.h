@@ -18,7 +18,7 @@ namespace cgdr::golden {
 void RoundTo16(float* x, int64_t n, bool f16);
 
 // C[m x n] = (accumulate ? C : 0) + A[m x k] B[k x n]; lda, ldb, ldc: row strides.
-void GemmRounded(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m,
-                 int64_t n, int64_t k, bool accumulate);
+void GemmRounded(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m, int64_t n,
+                 int64_t k, bool accumulate);
 
 }  // namespace cgdr::golden

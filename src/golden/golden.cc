@@ -23,7 +23,8 @@ struct Named {
 };
 
 constexpr Named<Operands> kOperands[] = {{Operands::kBf16, "bf16"}, {Operands::kF16, "f16"}};
-constexpr Named<Engine> kEngines[] = {{Engine::kAuto, "auto"}, {Engine::kKernels, "kernels"}, {Engine::kEmulation, "emulation"}};
+constexpr Named<Engine> kEngines[] = {
+    {Engine::kAuto, "auto"}, {Engine::kKernels, "kernels"}, {Engine::kEmulation, "emulation"}};
 constexpr Named<Fault> kFaults[] = {{Fault::kNone, "none"},
                                     {Fault::kDroppedState, "dropped-state"},
                                     {Fault::kTailMask, "tail-mask"},
@@ -344,12 +345,9 @@ Status FaultyInto(const Inputs& in, const Options& opt, const Profile& prof, Fau
   Status s = Validate(in, out, opt, &p);
   if (!s.ok()) return s;
   switch (f) {
-    case Fault::kNone:
-      return BenchmarkInto(in, opt, prof, out);
-    case Fault::kDroppedState:
-      return DropState(in, p, opt, prof, out);
-    case Fault::kTailMask:
-      return StaleTail(in, p, opt, prof, out);
+    case Fault::kNone: return BenchmarkInto(in, opt, prof, out);
+    case Fault::kDroppedState: return DropState(in, p, opt, prof, out);
+    case Fault::kTailMask: return StaleTail(in, p, opt, prof, out);
     case Fault::kSwappedHeads:
       if (p.Nv < 2) return Status::Invalid(Cat("fault swapped-heads: needs Nv >= 2, got ", p.Nv));
       s = BenchmarkInto(in, opt, prof, out);
@@ -363,7 +361,8 @@ Status FaultyInto(const Inputs& in, const Options& opt, const Profile& prof, Fau
       o.views = in;
       o.buffers.emplace_back(static_cast<size_t>(std::max<int64_t>(1, RowBytes(in.g) * in.g.shape[0])));
       o.views.g.data = o.buffers.back().data();
-      for (int64_t i = 0; i < in.g.numel(); ++i) StoreFromF32(o.views.g.data, in.g.dtype, i, -LoadAsF32(in.g.data, in.g.dtype, i));
+      for (int64_t i = 0; i < in.g.numel(); ++i)
+        StoreFromF32(o.views.g.data, in.g.dtype, i, -LoadAsF32(in.g.data, in.g.dtype, i));
       return BenchmarkInto(o.views, opt, prof, out);
     }
   }
@@ -374,11 +373,8 @@ CaseSpec GenerateSpec(Distribution d, CaseSpec spec, bool lengths_given) {
   spec.g_min = -1.0f;  // the operator's documented domain: g in [-1, 0]
   spec.g_max = 0.0f;
   switch (d) {
-    case Distribution::kDomain:
-      break;
-    case Distribution::kStrongDecay:
-      spec.g_max = -0.9f;
-      break;
+    case Distribution::kDomain: break;
+    case Distribution::kStrongDecay: spec.g_max = -0.9f; break;
     case Distribution::kLongT:
       if (!lengths_given) spec.lens = {65535};
       break;

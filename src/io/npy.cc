@@ -36,7 +36,8 @@ Status ParsePreamble(std::string_view label, const uint8_t* p, uint64_t size, ui
     return Fail(label, "not a .npy file (it does not start with \\x93NUMPY)");
   }
   const int major = p[6];
-  if (major < 1 || major > 3) return Fail(label, Cat(".npy format version ", major, ".", int(p[7]), " is not supported (1-3)"));
+  if (major < 1 || major > 3)
+    return Fail(label, Cat(".npy format version ", major, ".", int(p[7]), " is not supported (1-3)"));
   if (major == 1) {
     *dict_len = p[8] | (uint64_t{p[9]} << 8);
     *dict_begin = 10;
@@ -154,7 +155,8 @@ Status ParseHeaderBytes(std::string_view label, const uint8_t* p, uint64_t avail
   h->data_offset = begin + len;
   const uint64_t have = size - h->data_offset;
   if (have != h->disk_bytes) {
-    return Fail(label, Cat("data holds ", have, " bytes, expected ", h->disk_bytes, " for the header's shape and dtype"));
+    return Fail(label,
+                Cat("data holds ", have, " bytes, expected ", h->disk_bytes, " for the header's shape and dtype"));
   }
   return Status::Ok();
 }
@@ -246,7 +248,8 @@ namespace {
 
 std::string NpyHeaderBytes(const TensorView& t) {
   std::string dict = Cat("{'descr': '", Descr(t.dtype), "', 'fortran_order': False, 'shape': (");
-  for (int i = 0; i < t.rank; ++i) dict += Cat(t.shape[i], (t.rank == 1 || i + 1 < t.rank) ? "," : "", i + 1 < t.rank ? " " : "");
+  for (int i = 0; i < t.rank; ++i)
+    dict += Cat(t.shape[i], (t.rank == 1 || i + 1 < t.rank) ? "," : "", i + 1 < t.rank ? " " : "");
   dict += "), }";
   // Pad with spaces and a newline so the data starts on a 64-byte boundary (as numpy writes).
   const size_t total = kMagicLen + 4 + dict.size() + 1;

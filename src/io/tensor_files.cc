@@ -3,8 +3,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -71,8 +71,8 @@ Status MetadataFromJson(const std::string& path, const Json& j, std::map<std::st
     } else if (v.is_number()) {
       (*md)[key] = v.dump();
     } else {
-      return Fail(path, Cat("metadata '", PrintableName(key), "' must be a string, number or boolean, got ",
-                            v.type_name()));
+      return Fail(path,
+                  Cat("metadata '", PrintableName(key), "' must be a string, number or boolean, got ", v.type_name()));
     }
   }
   return Status::Ok();
@@ -154,8 +154,10 @@ struct TensorBundleReader {
         return Fail(path, Cat("dtypes: '", PrintableName(name), "' must be \"bf16\", \"f16\" or \"f32\", got ",
                               PrintableName(v.dump(), 40)));
       }
-      auto it = std::find_if(b->tensors_.begin(), b->tensors_.end(), [&](const NamedTensor& t) { return t.name == name; });
-      if (it == b->tensors_.end()) return Fail(path, Cat("dtypes: no tensor '", PrintableName(name), ".npy' in the directory"));
+      auto it =
+          std::find_if(b->tensors_.begin(), b->tensors_.end(), [&](const NamedTensor& t) { return t.name == name; });
+      if (it == b->tensors_.end())
+        return Fail(path, Cat("dtypes: no tensor '", PrintableName(name), ".npy' in the directory"));
       if (it->view.dtype == want) continue;
       if (it->view.dtype != DType::kF32) {
         return Fail(path, Cat("dtypes: '", name, "' is stored as ", DTypeName(it->view.dtype), ", only f32 can hold ",
@@ -208,8 +210,8 @@ struct TensorBundleReader {
   }
 
   // One manifest entry: its description checked, then its file read and sized.
-  static Status ManifestTensor(const std::string& path, const fs::path& base, const std::string& name,
-                               const Json& e, TensorBundle* b) {
+  static Status ManifestTensor(const std::string& path, const fs::path& base, const std::string& name, const Json& e,
+                               TensorBundle* b) {
     const std::string where = Cat(path, ": tensor '", PrintableName(name), "'");
     if (!e.is_object() || !e.contains("file") || !e["file"].is_string() || !e.contains("dtype") ||
         !e["dtype"].is_string() || !e.contains("shape") || !e["shape"].is_array()) {
@@ -224,15 +226,18 @@ struct TensorBundleReader {
     std::vector<int64_t> shape;
     for (const auto& d : e["shape"]) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > kMaxDim) {
-        return Status::Invalid(Cat(where, ": shape must hold integers in [0, 2^40], got ", PrintableName(e["shape"].dump(), 60)));
+        return Status::Invalid(
+            Cat(where, ": shape must hold integers in [0, 2^40], got ", PrintableName(e["shape"].dump(), 60)));
       }
       shape.push_back(d.get<int64_t>());
     }
     if (shape.size() > static_cast<size_t>(TensorView::kMaxRank)) {
-      return Status::Invalid(Cat(where, ": rank ", shape.size(), " exceeds the supported maximum ", TensorView::kMaxRank));
+      return Status::Invalid(
+          Cat(where, ": rank ", shape.size(), " exceeds the supported maximum ", TensorView::kMaxRank));
     }
     const uint64_t numel = static_cast<uint64_t>(TensorView(nullptr, dt, shape).numel());
-    if (numel > kMaxDim) return Status::Invalid(Cat(where, ": shape ", PrintableName(e["shape"].dump(), 60), " is too large"));
+    if (numel > kMaxDim)
+      return Status::Invalid(Cat(where, ": shape ", PrintableName(e["shape"].dump(), 60), " is too large"));
     const fs::path file = base / e["file"].get<std::string>();
     const uint64_t want = numel * (int64 ? 8 : DTypeSize(dt));
     FileDescriptor f;
@@ -296,8 +301,9 @@ Status DetectFileKind(const std::string& path, FileKind* kind) {
   } else if (!fs::exists(path, ec)) {
     return Fail(path, "cannot open: No such file or directory");
   } else {
-    return Fail(path, "unknown kind of file: expected a .safetensors file, a directory of .npy files or a .json "
-                      "manifest of .bin tensors");
+    return Fail(path,
+                "unknown kind of file: expected a .safetensors file, a directory of .npy files or a .json "
+                "manifest of .bin tensors");
   }
   return Status::Ok();
 }

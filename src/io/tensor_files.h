@@ -53,7 +53,7 @@ class TensorBundle {
   std::vector<NamedTensor> tensors_;
   std::map<std::string, std::string> metadata_;
   std::unique_ptr<SafetensorsFile> safetensors_;  // storage of a safetensors bundle
-  std::vector<Bytes> buffers_;                      // storage of the others
+  std::vector<Bytes> buffers_;                    // storage of the others
 };
 
 Status ReadTensorBundle(const std::string& path, TensorBundle* out);

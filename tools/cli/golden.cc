@@ -1,11 +1,13 @@
 // `cgdr golden` and `cgdr compare` (docs/golden.md): golden data and the
 // verdict by Ascend's precision standard for NPU ports of the operator.
+#include "golden/golden.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -15,7 +17,6 @@
 #include "commands.h"
 #include "core/threads.h"
 #include "golden/compare.h"
-#include "golden/golden.h"
 #include "io/case_file.h"
 
 namespace cgdr::cli {
@@ -112,9 +113,9 @@ CaseSpec GenerateDefaults() {
 Status ParseGolden(int argc, char** argv, GoldenRequest* r, bool* help) {
   Args a;
   CGDR_CLI_TRY(a.Parse("golden", argc, argv,
-                       {"--input", "--out", "--dist", "--operands", "--engine", "--dtype", "--state-dtype", "--format",
-                        "--check-heads", "--fault", "--threads", "--t", "--lens", "--nk", "--nv", "--dk", "--dv",
-                        "--g-dtype", "--layout", "--scale", "--seed"},
+                       {"--input",  "--out",         "--dist",  "--operands", "--engine", "--dtype", "--state-dtype",
+                        "--format", "--check-heads", "--fault", "--threads",  "--t",      "--lens",  "--nk",
+                        "--nv",     "--dk",          "--dv",    "--g-dtype",  "--layout", "--scale", "--seed"},
                        {"--generate", "--no-g", "--no-state", "--l2norm"}));
   if (a.Has("--help")) {
     std::fputs(kGoldenUsage, stdout);
@@ -209,7 +210,8 @@ int GoldenRun(GoldenRequest& r) {
     return ReportError(Status(s.code(), Prefixed(r.generate ? "generated case" : r.input, s)));
   }
   const Inputs& in = npu.views;
-  if (!r.operands_given) r.profile.operands = in.query.dtype == DType::kF16 ? golden::Operands::kF16 : golden::Operands::kBf16;
+  if (!r.operands_given)
+    r.profile.operands = in.query.dtype == DType::kF16 ? golden::Operands::kF16 : golden::Operands::kBf16;
 
   watch.Lap();
   golden::OwnedOutputs g, b, actual;
@@ -227,7 +229,8 @@ int GoldenRun(GoldenRequest& r) {
     if (Status s = golden::ComputeFaulty(in, c.options, r.profile, r.fault, &actual); !s.ok()) return ReportError(s);
   }
 
-  const std::string golden_path = BundlePath(c.kind, r.dir, "golden"), bench_path = BundlePath(c.kind, r.dir, "benchmark");
+  const std::string golden_path = BundlePath(c.kind, r.dir, "golden"),
+                    bench_path = BundlePath(c.kind, r.dir, "benchmark");
   if (Status s = SaveResultFiles(c.kind, golden_path, g.views, c.options); !s.ok()) return ReportError(s);
   if (Status s = SaveResultFiles(c.kind, bench_path, b.views, c.options); !s.ok()) return ReportError(s);
   const std::string actual_path = BundlePath(c.kind, r.dir, "actual");
@@ -294,7 +297,8 @@ Status ParseCompare(int argc, char** argv, CompareRequest* r, bool* help) {
     r->bench = FindBundle(dir, "benchmark");
     r->case_path = FindBundle(dir, "case");
     if (r->golden.empty() || r->bench.empty()) {
-      return Status::Invalid("--dir " + dir + ": expected golden and benchmark results there (as 'cgdr golden' writes)");
+      return Status::Invalid("--dir " + dir +
+                             ": expected golden and benchmark results there (as 'cgdr golden' writes)");
     }
   }
   if (a.Has("--golden")) r->golden = a.Get("--golden");
@@ -309,7 +313,8 @@ Status ParseCompare(int argc, char** argv, CompareRequest* r, bool* help) {
     CGDR_CLI_TRY(a.IntList("--seq-lens", 0, int64_t{1} << 40, &r->opt.seq_lens));
   }
   const std::string level = a.Get("--level", "L1");
-  if (!golden::ParseLevel(level, &r->opt.level)) return Status::Invalid("--level: expected L0, L1 or L2, got '" + level + "'");
+  if (!golden::ParseLevel(level, &r->opt.level))
+    return Status::Invalid("--level: expected L0, L1 or L2, got '" + level + "'");
   if (a.Has("--dtype")) {
     r->opt.dtype_given = true;
     CGDR_CLI_TRY(ParseFloatDType(a, "--dtype", DType::kBF16, &r->opt.dtype));
@@ -341,7 +346,8 @@ Status CaseFacts(CompareRequest* r, const ResultFiles& golden) {
   CGDR_CLI_TRY(LoadCaseFiles(r->case_path, &c));
   const TensorView& lens = c.inputs.seq_lens;
   if (lens.dtype != DType::kI32 || lens.rank != 1) {
-    return Status::Invalid(r->case_path + ": seq_lens: expected int32 [B], got " + DTypeName(lens.dtype) + " " + lens.ShapeString());
+    return Status::Invalid(r->case_path + ": seq_lens: expected int32 [B], got " + DTypeName(lens.dtype) + " " +
+                           lens.ShapeString());
   }
   r->opt.seq_lens.clear();
   for (int64_t i = 0; i < lens.shape[0]; ++i) r->opt.seq_lens.push_back(static_cast<const int32_t*>(lens.data)[i]);

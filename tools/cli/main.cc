@@ -279,7 +279,8 @@ Status ParseCaseSpec(const Args& a, const CaseSpec& defaults, CaseSpec* spec) {
   CGDR_CLI_TRY(a.Int("--dk", 1, kMaxHeadDim, defaults.Dk, &spec->Dk));
   CGDR_CLI_TRY(a.Int("--dv", 1, kMaxHeadDim, defaults.Dv, &spec->Dv));
   CGDR_CLI_TRY(ParseFloatDType(a, "--dtype", defaults.dtype, &spec->dtype));
-  CGDR_CLI_TRY(ParseFloatDType(a, "--state-dtype", a.Has("--dtype") ? spec->dtype : defaults.state_dtype, &spec->state_dtype));
+  const DType state_default = a.Has("--dtype") ? spec->dtype : defaults.state_dtype;
+  CGDR_CLI_TRY(ParseFloatDType(a, "--state-dtype", state_default, &spec->state_dtype));
   CGDR_CLI_TRY(ParseFloatDType(a, "--g-dtype", defaults.g_dtype, &spec->g_dtype));
   const std::string layout = a.Get("--layout", "vk");
   if (layout != "vk" && layout != "kv") return Status::Invalid("--layout: expected vk or kv, got '" + layout + "'");
