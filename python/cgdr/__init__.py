@@ -10,6 +10,9 @@ tensors; results come back as the same kind of object):
   pool addressed by an index per sequence.
 - cgdr.torch: drop-ins for transformers' torch_chunk_gated_delta_rule and
   torch_recurrent_gated_delta_rule.
+- golden, compare: golden data and the verdict by Ascend's precision standard
+  for NPU ports of the operator (docs/golden.md), as `cgdr golden` and
+  `cgdr compare` give them.
 
 The math is FP32 inside whatever the storage dtype. The GIL is released while
 computing. Bad input raises TypeError (wrong kind of object or dtype) or
@@ -17,9 +20,11 @@ ValueError (shapes, values, options) before anything is written.
 """
 from . import _cgdr
 from . import _tensors as _t
+from ._golden import compare, golden
 
 __version__ = "0.1.0"
-__all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_tnd", "recurrent_step", "active_target"]
+__all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_tnd", "recurrent_step", "active_target", "golden",
+           "compare"]
 
 _ALGOS = ("auto", "recurrent", "chunk16", "chunk32", "chunk64", "chunk128")
 

@@ -21,6 +21,8 @@
 
 #include "cgdr/cgdr.hpp"
 #include "cgdr/decode.hpp"
+#include "golden/compare.h"
+#include "golden/golden.h"
 
 namespace py = pybind11;
 
@@ -156,6 +158,85 @@ void Decode(const py::object& query, const py::object& key, const py::object& va
   Raise(s);
 }
 
+// cgdr.golden (python/cgdr/golden.py): golden, benchmark and (fault != "none")
+// a faulty benchmark into the outputs the Python layer allocated.
+void Golden(const py::object& query, const py::object& key, const py::object& value, const py::object& beta,
+            const py::object& g, const py::object& initial_state, const py::object& seq_lens, const py::tuple& golden,
+            const py::tuple& bench, const py::tuple& actual, double scale, bool use_qk_l2norm,
+            const std::string& state_layout, int threads, const std::string& operands, const std::string& engine,
+            const std::string& fault) {
+  cgdr::Inputs in;
+  in.query = ToView("query", query);
+  in.key = ToView("key", key);
+  in.value = ToView("value", value);
+  in.beta = ToView("beta", beta);
+  in.g = ToView("g", g);
+  in.initial_state = ToView("initial_state", initial_state);
+  in.seq_lens = ToView("seq_lens", seq_lens);
+  const auto outputs = [](const char* name, const py::tuple& t) {
+    cgdr::Outputs o;
+    o.out = ToView((std::string(name) + "['out']").c_str(), t[0], true);
+    o.final_state = ToView((std::string(name) + "['final_state']").c_str(), t[1], true);
+    return o;
+  };
+  const cgdr::Outputs go = outputs("golden", golden), bo = outputs("benchmark", bench), ao = outputs("actual", actual);
+  const cgdr::Options opt = MakeOptions(scale, use_qk_l2norm, state_layout, threads, "auto", false);
+  cgdr::golden::Profile prof;
+  cgdr::golden::Fault f;
+  if (!cgdr::golden::ParseOperands(operands, &prof.operands)) {
+    ValueError("operands: expected 'bf16' or 'f16', got '" + operands + "'");
+  }
+  if (!cgdr::golden::ParseEngine(engine, &prof.engine)) {
+    ValueError("engine: expected 'auto', 'kernels' or 'emulation', got '" + engine + "'");
+  }
+  if (!cgdr::golden::ParseFault(fault, &f)) {
+    ValueError("fault: expected None, 'dropped-state', 'tail-mask', 'swapped-heads' or 'g-sign', got '" + fault + "'");
+  }
+  cgdr::Status s;
+  {
+    py::gil_scoped_release release;
+    s = cgdr::golden::GoldenInto(in, opt, go);
+    if (s.ok()) s = cgdr::golden::BenchmarkInto(in, opt, prof, bo);
+    if (s.ok() && f != cgdr::golden::Fault::kNone) s = cgdr::golden::FaultyInto(in, opt, prof, f, ao);
+  }
+  Raise(s);
+}
+
+// cgdr.compare: the report of `cgdr compare --json`, as a JSON string.
+std::string Compare(const py::tuple& golden, const py::tuple& bench, const py::tuple& actual,
+                    const std::vector<int64_t>& seq_lens, const std::string& level, const std::string& dtype,
+                    double eps, const std::string& state_layout, int threads) {
+  const auto outputs = [](const char* name, const py::tuple& t) {
+    cgdr::Outputs o;
+    o.out = ToView((std::string(name) + "['out']").c_str(), t[0]);
+    o.final_state = ToView((std::string(name) + "['final_state']").c_str(), t[1]);
+    return o;
+  };
+  const cgdr::Outputs go = outputs("golden", golden), bo = outputs("benchmark", bench), ao = outputs("actual", actual);
+  cgdr::golden::CompareOptions opt;
+  if (!cgdr::golden::ParseLevel(level, &opt.level)) {
+    ValueError("level: expected 'L0', 'L1' or 'L2', got '" + level + "'");
+  }
+  if (!dtype.empty()) {
+    opt.dtype_given = true;
+    if (!cgdr::ParseDType(dtype, &opt.dtype) || opt.dtype == cgdr::DType::kI32) {
+      ValueError("dtype: expected None, 'bf16', 'f16' or 'f32', got '" + dtype + "'");
+    }
+  }
+  opt.eps = eps;
+  opt.seq_lens = seq_lens;
+  opt.layout = MakeOptions(0.0, false, state_layout, threads, "auto", false).state_layout;
+  opt.threads = threads;
+  cgdr::golden::CompareReport report;
+  cgdr::Status s;
+  {
+    py::gil_scoped_release release;
+    s = cgdr::golden::Compare(go, bo, ao, opt, &report);
+  }
+  Raise(s);
+  return cgdr::golden::ReportJson(report).dump();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_cgdr, m) {
@@ -170,4 +251,12 @@ PYBIND11_MODULE(_cgdr, m) {
         py::arg("state_layout"), py::arg("threads"), py::arg("check_values"),
         "Runs cgdr::DecodeStep; updates state_pool in place and writes out.");
   m.def("active_target", &cgdr::ActiveTarget, "The SIMD target dispatch uses (AVX3, AVX2, SSE4, ...).");
+  m.def("golden", &Golden, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
+        py::arg("initial_state"), py::arg("seq_lens"), py::arg("golden"), py::arg("benchmark"), py::arg("actual"),
+        py::arg("scale"), py::arg("use_qk_l2norm"), py::arg("state_layout"), py::arg("threads"), py::arg("operands"),
+        py::arg("engine"), py::arg("fault"),
+        "Golden, benchmark and (fault) faulty results into (out, final_state) tuples (docs/golden.md).");
+  m.def("compare", &Compare, py::arg("golden"), py::arg("benchmark"), py::arg("actual"), py::arg("seq_lens"),
+        py::arg("level"), py::arg("dtype"), py::arg("eps"), py::arg("state_layout"), py::arg("threads"),
+        "The precision standard's report (docs/golden.md) as JSON text.");
 }

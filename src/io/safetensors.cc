@@ -1,15 +1,9 @@
 #include "io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <new>
 #include <nlohmann/json.hpp>
@@ -19,6 +13,7 @@
 #include <utility>
 
 #include "core/strcat.h"
+#include "io/file_util.h"
 
 namespace cgdr {
 
@@ -372,42 +367,14 @@ Status ParseSafetensors(std::string_view label, const uint8_t* bytes, size_t siz
   }
 }
 
-namespace {
-
-// Closes a descriptor on every path out.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-// read() until n bytes or the end of the file.
-Status ReadFull(const std::string& path, int fd, uint8_t* dst, uint64_t n) {
-  while (n > 0) {
-    const ssize_t r = ::read(fd, dst, std::min<uint64_t>(n, 1u << 30));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return Fail(path, Cat("cannot read: ", std::strerror(errno)));
-    if (r == 0) return Fail(path, "unexpected end of file (was it truncated while being read?)");
-    dst += r;
-    n -= static_cast<uint64_t>(r);
-  }
-  return Status::Ok();
-}
-
-}  // namespace
-
 Status ReadSafetensors(const std::string& path, SafetensorsFile* file) {
   try {
-    Fd f;
-    f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (f.fd < 0) return Fail(path, Cat("cannot open: ", std::strerror(errno)));
-    struct stat st {};
-    if (::fstat(f.fd, &st) != 0) return Fail(path, Cat("cannot stat: ", std::strerror(errno)));
-    if (!S_ISREG(st.st_mode)) return Fail(path, "not a regular file");
-    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    FileDescriptor f;
+    uint64_t size = 0;
+    Status s = OpenForReading(path, &f, &size);
+    if (!s.ok()) return s;
     uint8_t len[8] = {};
-    Status s = size >= 8 ? ReadFull(path, f.fd, len, 8) : Status::Ok();
+    s = size >= 8 ? ReadFull(path, f.fd, len, 8) : Status::Ok();
     if (!s.ok()) return s;
     const uint64_t n = ReadLe64(len);
     s = CheckHeaderLength(path, n, size);
@@ -490,63 +457,6 @@ std::string Le64(uint64_t v) {
   return s;
 }
 
-Status WriteAll(const std::string& path, int fd, const void* p, uint64_t n) {
-  const auto* c = static_cast<const uint8_t*>(p);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, c, std::min<uint64_t>(n, 1u << 30));
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return Fail(path, Cat("cannot write: ", std::strerror(errno)));
-    c += w;
-    n -= static_cast<uint64_t>(w);
-  }
-  return Status::Ok();
-}
-
-// A temporary beside the target; removed unless Commit() renamed it over the target.
-class TempFile {
- public:
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!tmp_.empty()) ::unlink(tmp_.c_str());
-  }
-  Status Create(const std::string& target) {
-    target_ = target;
-    const std::filesystem::path t(target);
-    if (!t.has_filename()) return Fail(target, "not a file name");
-    dir_ = t.parent_path().empty() ? std::filesystem::path(".") : t.parent_path();
-    std::string name = ".";  // hidden, and named after the target for whoever finds a leftover
-    name += t.filename().string();
-    name += ".tmp-XXXXXX";
-    std::string tmpl = (dir_ / name).string();
-    fd_ = ::mkstemp(tmpl.data());
-    if (fd_ < 0)
-      return Fail(target, Cat("cannot create a temporary file in '", dir_.string(), "': ", std::strerror(errno)));
-    tmp_ = tmpl;
-    ::fchmod(fd_, 0644);  // mkstemp makes 0600; results are ordinary files
-    return Status::Ok();
-  }
-  int fd() const { return fd_; }
-  // fsync, close, rename over the target, then fsync the directory so the rename is durable.
-  Status Commit() {
-    if (::fsync(fd_) != 0) return Fail(target_, Cat("cannot sync: ", std::strerror(errno)));
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) return Fail(target_, Cat("cannot close: ", std::strerror(errno)));
-    if (::rename(tmp_.c_str(), target_.c_str()) != 0)
-      return Fail(target_, Cat("cannot rename into place: ", std::strerror(errno)));
-    tmp_.clear();
-    Fd dir;
-    dir.fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir.fd >= 0) ::fsync(dir.fd);  // best effort: the file is complete either way
-    return Status::Ok();
-  }
-
- private:
-  std::string target_, tmp_;
-  std::filesystem::path dir_;
-  int fd_ = -1;
-};
-
 }  // namespace
 
 Status SerializeSafetensors(const std::vector<SafetensorsWriteTensor>& tensors,
@@ -570,15 +480,10 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsWr
   std::string header;
   s = BuildHeader(tensors, nbytes, metadata, &header);
   if (!s.ok()) return Fail(path, s.message());
-  TempFile tmp;
-  s = tmp.Create(path);
-  if (!s.ok()) return s;
   const std::string len = Le64(header.size());
-  s = WriteAll(path, tmp.fd(), len.data(), len.size());
-  if (s.ok()) s = WriteAll(path, tmp.fd(), header.data(), header.size());
-  for (size_t i = 0; i < tensors.size() && s.ok(); ++i) s = WriteAll(path, tmp.fd(), tensors[i].data, nbytes[i]);
-  if (s.ok()) s = tmp.Commit();
-  return s;
+  std::vector<FilePiece> pieces{{len.data(), len.size()}, {header.data(), header.size()}};
+  for (size_t i = 0; i < tensors.size(); ++i) pieces.emplace_back(tensors[i].data, nbytes[i]);
+  return WriteFileAtomically(path, pieces);
 }
 
 }  // namespace cgdr

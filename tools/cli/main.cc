@@ -36,6 +36,11 @@ const char kUsage[] =
     "  demo   [--t T] [--threads N] [--algo ...] [--dir DIR]\n"
     "         A synthetic Qwen3-Next case (Nk=16 Nv=32 Dk=Dv=128 f16, T=2048): write it,\n"
     "         run it as 'cgdr run' does, time it and check it against the FP64 reference.\n"
+    "  golden --input CASE --out DIR | --generate [--dist ...] --out DIR\n"
+    "         Golden and benchmark (the NPU's precision profile) results of a case in its own file\n"
+    "         kind (safetensors, .npy directory, .bin manifest); see 'cgdr golden --help'.\n"
+    "  compare --golden G --benchmark B --actual A [--case CASE] [--level L1] [--json]\n"
+    "         The verdict on an NPU result by Ascend's precision standard; see 'cgdr compare --help'.\n"
     "  help   This text.\n"
     "\n"
     "exit status: 0 success; 1 a check failed; 2 bad input or usage, with one line on stderr\n"
@@ -109,25 +114,6 @@ Status ParseEngineFlag(const Args& a, Engine* engine) {
   return Status::Ok();
 }
 
-Status ParseFloatDType(const Args& a, const char* flag, DType def, DType* out) {
-  if (!a.Has(flag)) {
-    *out = def;
-    return Status::Ok();
-  }
-  const std::string s = a.Get(flag);
-  if (!ParseDType(s, out) || *out == DType::kI32) {
-    return Status::Invalid(std::string(flag) + ": expected f16, bf16 or f32, got '" + s + "'");
-  }
-  return Status::Ok();
-}
-
-// The first error of a chain of steps.
-#define CGDR_CLI_TRY(expr)     \
-  do {                         \
-    const Status st_ = (expr); \
-    if (!st_.ok()) return st_; \
-  } while (0)
-
 // ---- run -------------------------------------------------------------------
 
 Status ParseRun(int argc, char** argv, RunRequest* req, bool* help) {
@@ -183,39 +169,19 @@ Status ParsePlanProblem(const Args& a, Problem* p) {
 
 // ---- make-case -------------------------------------------------------------
 
-Status ParseCaseSpec(const Args& a, CaseSpec* spec) {
-  int64_t v = 0;
-  std::vector<int64_t> lens;
-  if (a.Has("--lens")) {
-    CGDR_CLI_TRY(a.IntList("--lens", 0, 1 << 24, &lens));
-  } else {
-    CGDR_CLI_TRY(a.Int("--t", 0, 1 << 24, 16, &v));
-    lens = {v};
-  }
-  spec->lens.assign(lens.begin(), lens.end());
-  CGDR_CLI_TRY(a.Int("--nk", 1, 256, 2, &spec->Nk));
-  CGDR_CLI_TRY(a.Int("--nv", 1, 256, 4, &spec->Nv));
-  CGDR_CLI_TRY(a.Int("--dk", 1, kMaxHeadDim, 16, &spec->Dk));
-  CGDR_CLI_TRY(a.Int("--dv", 1, kMaxHeadDim, 16, &spec->Dv));
-  CGDR_CLI_TRY(ParseFloatDType(a, "--dtype", DType::kF32, &spec->dtype));
-  CGDR_CLI_TRY(ParseFloatDType(a, "--state-dtype", spec->dtype, &spec->state_dtype));
-  CGDR_CLI_TRY(ParseFloatDType(a, "--g-dtype", DType::kF32, &spec->g_dtype));
-  const std::string layout = a.Get("--layout", "vk");
-  if (layout != "vk" && layout != "kv") return Status::Invalid("--layout: expected vk or kv, got '" + layout + "'");
-  spec->layout = layout == "kv" ? StateLayout::kKV : StateLayout::kVK;
-  spec->has_g = !a.Has("--no-g");
-  spec->has_initial_state = !a.Has("--no-state");
-  spec->use_qk_l2norm = a.Has("--l2norm");
-  if (a.Has("--scale")) {
-    const std::string s = a.Get("--scale");
-    char* end = nullptr;
-    spec->scale = std::strtod(s.c_str(), &end);
-    if (s.empty() || *end != '\0' || !std::isfinite(spec->scale))
-      return Status::Invalid("--scale: expected a number, got '" + s + "'");
-  }
-  CGDR_CLI_TRY(a.Int("--seed", 0, INT64_MAX, 1, &v));
-  spec->seed = static_cast<uint64_t>(v);
-  return Status::Ok();
+// make-case's shapes when not given: tiny, f32.
+CaseSpec MakeCaseDefaults() {
+  CaseSpec d;
+  d.lens = {16};
+  d.Nk = 2;
+  d.Nv = 4;
+  d.Dk = 16;
+  d.Dv = 16;
+  d.dtype = DType::kF32;
+  d.state_dtype = DType::kF32;
+  d.g_dtype = DType::kF32;
+  d.seed = 1;
+  return d;
 }
 
 // Rewrites the tensors / metadata of a good case into one known bad way.
@@ -256,7 +222,7 @@ Status MakeCaseFile(int argc, char** argv, bool* help) {
   std::string path;
   CGDR_CLI_TRY(a.Require("--out", &path));
   CaseSpec spec;
-  CGDR_CLI_TRY(ParseCaseSpec(a, &spec));
+  CGDR_CLI_TRY(ParseCaseSpec(a, MakeCaseDefaults(), &spec));
   Case c = MakeCase(spec);
   std::vector<SafetensorsWriteTensor> tensors = CaseTensors(c.inputs());
   std::map<std::string, std::string> md = CaseMetadata(c.options());
@@ -296,6 +262,54 @@ Status CheckArgs(int argc, char** argv, std::string* input, std::string* result,
 }
 
 }  // namespace
+
+Status ParseFloatDType(const Args& a, const char* flag, DType def, DType* out) {
+  if (!a.Has(flag)) {
+    *out = def;
+    return Status::Ok();
+  }
+  const std::string s = a.Get(flag);
+  if (!ParseDType(s, out) || *out == DType::kI32) {
+    return Status::Invalid(std::string(flag) + ": expected f16, bf16 or f32, got '" + s + "'");
+  }
+  return Status::Ok();
+}
+
+Status ParseCaseSpec(const Args& a, const CaseSpec& defaults, CaseSpec* spec) {
+  int64_t v = 0;
+  std::vector<int64_t> lens;
+  if (a.Has("--lens")) {
+    CGDR_CLI_TRY(a.IntList("--lens", 0, 1 << 24, &lens));
+  } else {
+    CGDR_CLI_TRY(a.Int("--t", 0, 1 << 24, defaults.lens.empty() ? 0 : defaults.lens[0], &v));
+    lens = {v};
+  }
+  spec->lens.assign(lens.begin(), lens.end());
+  CGDR_CLI_TRY(a.Int("--nk", 1, 256, defaults.Nk, &spec->Nk));
+  CGDR_CLI_TRY(a.Int("--nv", 1, 256, defaults.Nv, &spec->Nv));
+  CGDR_CLI_TRY(a.Int("--dk", 1, kMaxHeadDim, defaults.Dk, &spec->Dk));
+  CGDR_CLI_TRY(a.Int("--dv", 1, kMaxHeadDim, defaults.Dv, &spec->Dv));
+  CGDR_CLI_TRY(ParseFloatDType(a, "--dtype", defaults.dtype, &spec->dtype));
+  const DType state_default = a.Has("--dtype") ? spec->dtype : defaults.state_dtype;
+  CGDR_CLI_TRY(ParseFloatDType(a, "--state-dtype", state_default, &spec->state_dtype));
+  CGDR_CLI_TRY(ParseFloatDType(a, "--g-dtype", defaults.g_dtype, &spec->g_dtype));
+  const std::string layout = a.Get("--layout", "vk");
+  if (layout != "vk" && layout != "kv") return Status::Invalid("--layout: expected vk or kv, got '" + layout + "'");
+  spec->layout = layout == "kv" ? StateLayout::kKV : StateLayout::kVK;
+  spec->has_g = !a.Has("--no-g");
+  spec->has_initial_state = !a.Has("--no-state");
+  spec->use_qk_l2norm = a.Has("--l2norm");
+  if (a.Has("--scale")) {
+    const std::string s = a.Get("--scale");
+    char* end = nullptr;
+    spec->scale = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0' || !std::isfinite(spec->scale))
+      return Status::Invalid("--scale: expected a number, got '" + s + "'");
+  }
+  CGDR_CLI_TRY(a.Int("--seed", 0, INT64_MAX, static_cast<int64_t>(defaults.seed), &v));
+  spec->seed = static_cast<uint64_t>(v);
+  return Status::Ok();
+}
 
 int ReportError(const Status& s) {
   std::fprintf(stderr, "cgdr: error: %s\n", OneLine(s.message()).c_str());
@@ -411,9 +425,9 @@ int main(int argc, char** argv) {
     const char* name;
     int (*main)(int, char**);
   };
-  static const Command kCommands[] = {{"run", RunMain},         {"plan", PlanMain}, {"bench", cgdr::BenchMain},
-                                      {"tune", cgdr::TuneMain}, {"demo", DemoMain}, {"make-case", MakeCaseMain},
-                                      {"check", CheckMain}};
+  static const Command kCommands[] = {{"run", RunMain},         {"plan", PlanMain},        {"bench", cgdr::BenchMain},
+                                      {"tune", cgdr::TuneMain}, {"demo", DemoMain},        {"golden", GoldenMain},
+                                      {"compare", CompareMain}, {"make-case", MakeCaseMain}, {"check", CheckMain}};
   for (const auto& c : kCommands) {
     if (cmd == c.name) return c.main(argc - 2, argv + 2);
   }
