@@ -56,4 +56,11 @@ static_assert(sizeof(TileConfig) == 64, "LDTILECFG reads 64 bytes");
 void ConfigureTilesOnThisThread();
 void ReleaseTilesOnThisThread();
 
+// The peak loop of `cgdr bench` (SPEC 8): `iters` times 4 TDPBF16PS on 4
+// accumulators with operands held in tiles (16 x 16 x 32 multiply-adds
+// each), on the calling thread, which it configures and releases; returns a
+// value of the accumulators so nothing is elided. Only where
+// AmxHardwareEnabled().
+float AmxDotLoop(int64_t iters);
+
 }  // namespace cgdr
