@@ -125,8 +125,7 @@ def time_series(rows):
     return best[0], {k: sorted(v) for k, v in series.items()}
 
 
-def draw_times(ax, rows):
-    ref, series = time_series(rows)
+def draw_times(ax, ref, series):
     for name, pts in sorted(series.items()):
         ax.plot([p[0] for p in pts], [p[1] * 1e3 for p in pts], "o-" if name == "auto" else ".--",
                 lw=2 if name == "auto" else 1, label=name)
@@ -145,12 +144,13 @@ def plot(peak_rows, time_rows, path, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    with_times = len({r.get("T") for r in time_rows}) > 1
+    ref, series = time_series(time_rows)
+    with_times = max(len(pts) for pts in series.values()) > 1
     fig, axes = plt.subplots(1, 2 if with_times else 1, figsize=(13 if with_times else 7,
                                                                    2.5 + 0.2 * len(peak_rows)), dpi=90, squeeze=False)
     draw_peaks(axes[0][0], peak_rows)
     if with_times:
-        draw_times(axes[0][1], time_rows)
+        draw_times(axes[0][1], ref, series)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
