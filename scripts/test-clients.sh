@@ -21,7 +21,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 start=$(date +%s)
 
 # The venv is rebuilt only when what it should hold changes (this stamp).
-stamp="$TORCH $(sha256sum python/requirements-clients.txt | cut -c1-16) py$(/usr/bin/python3 -c 'import sys; print(sys.version_info[:2])')"
+pins=$(sha256sum python/requirements-clients.txt | cut -c1-16)
+stamp="$TORCH $pins py$(/usr/bin/python3 -c 'import sys; print(sys.version_info[:2])')"
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.cgdr-stamp" 2>/dev/null)" != "$stamp" ]; then
   echo "test-clients: creating $VENV"
   rm -rf "$VENV"
@@ -46,6 +47,7 @@ for line in md.requires("torch") or []:
         print(str(r).split(";")[0])
 PY
     "$VENV/bin/pip" install -q -r "$OUT/torch-deps.txt"
+    echo "test-clients: (pip's complaint that torch's triton is not installed is expected: left out on purpose)"
   fi
   "$VENV/bin/pip" install -q -r python/requirements-clients.txt
   echo "$stamp" >"$VENV/.cgdr-stamp"

@@ -9,7 +9,8 @@ import cgdr
 import cgdr.torch as ct
 from _helpers import f64, rel_err
 
-needs_ops = pytest.mark.skipif(not ct.HAS_CUSTOM_OPS, reason=f"torch {torch.__version__} has no torch.library.custom_op")
+needs_ops = pytest.mark.skipif(not ct.HAS_CUSTOM_OPS,
+                               reason=f"torch {torch.__version__} has no torch.library.custom_op")
 
 
 def inputs(B=2, T=37, H=2, HV=4, K=16, V=24, seed=7):

@@ -37,7 +37,9 @@ def imports_installed_cgdr(python, tmp_path):
 
 def test_pip_install_dot_in_fresh_venv(tmp_path):
     python = fresh_venv(tmp_path / "venv")
-    run(python, "-m", "pip", "install", "-q", "-C", f"build-dir={tmp_path / 'build'}", ROOT, cwd=str(tmp_path))
+    # --config-settings, not -C: the venv's pip is Python's bundled one (23.0 on Debian 12), which lacks -C
+    run(python, "-m", "pip", "install", "-q", "--config-settings", f"build-dir={tmp_path / 'build'}", ROOT,
+        cwd=str(tmp_path))
     imports_installed_cgdr(python, tmp_path)
 
 
