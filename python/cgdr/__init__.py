@@ -18,6 +18,8 @@ The math is FP32 inside whatever the storage dtype. The GIL is released while
 computing. Bad input raises TypeError (wrong kind of object or dtype) or
 ValueError (shapes, values, options) before anything is written.
 """
+import warnings
+
 from . import _cgdr
 from . import _tensors as _t
 from ._golden import compare, golden
@@ -108,17 +110,87 @@ def _cu_seqlens_to_lens(cu_seqlens, T):
     return lens.astype("int32")
 
 
+# fla's keyword arguments (fla.ops.gated_delta_rule.chunk_gated_delta_rule, 0.6)
+# for features cgdr does not have: what to do instead.
+_FLA_UNSUPPORTED = {
+    "use_gate_in_kernel": "cgdr takes the log decay g itself; compute g = -exp(A_log) * softplus(g + dt_bias) first",
+    "use_beta_sigmoid_in_kernel": "cgdr takes beta after the sigmoid; pass beta.sigmoid()",
+    "allow_neg_eigval": "cgdr takes beta as given; pass 2 * beta.sigmoid() yourself",
+    "cp_context": "context parallelism is not supported (one process computes every sequence)",
+}
+_FLA_IGNORED = ("chunk_size", "A_log", "dt_bias")  # a kernel tuning choice, and gate inputs unused when it is off
+
+
+def _fla_layout(state_v_first, state_layout, extra):
+    """cgdr's state layout from fla's state_v_first (or its deprecated alias
+    transpose_state_layout in extra) and cgdr's own state_layout."""
+    if "transpose_state_layout" in extra:
+        if state_v_first:
+            raise ValueError("state_v_first: cannot pass both state_v_first and the deprecated transpose_state_layout")
+        state_v_first = extra.pop("transpose_state_layout")
+        warnings.warn("transpose_state_layout is deprecated (as in fla); use state_v_first", DeprecationWarning,
+                      stacklevel=3)
+    fla = "vk" if state_v_first else "kv"
+    if state_layout is None:
+        return fla
+    _layout(state_layout)
+    if state_v_first and state_layout != "vk":
+        raise ValueError(f"state_layout: state_v_first=True means 'vk', got state_layout={state_layout!r}")
+    return state_layout
+
+
+def _check_fla_options(extra, use_beta_sigmoid_in_kernel, allow_neg_eigval, cp_context):
+    """Accepts fla's arguments at their defaults (and the tuning ones it
+    ignores); rejects, naming the argument, those cgdr cannot honour."""
+    given = {"use_beta_sigmoid_in_kernel": use_beta_sigmoid_in_kernel, "allow_neg_eigval": allow_neg_eigval,
+             "cp_context": cp_context, "use_gate_in_kernel": extra.pop("use_gate_in_kernel", False)}
+    for name, value in given.items():
+        if value not in (None, False):
+            raise ValueError(f"{name}: not supported by cgdr ({_FLA_UNSUPPORTED[name]}), got {value!r}")
+    if "head_first" in extra:
+        raise ValueError("head_first: removed from fla and not supported; inputs must be [B, T, H, ...]")
+    chunk_size = extra.get("chunk_size", 64)
+    if chunk_size not in (16, 32, 64):
+        raise ValueError(f"chunk_size: expected 16, 32 or 64 as fla (cgdr's plan picks its own), got {chunk_size!r}")
+    unknown = sorted(set(extra) - set(_FLA_IGNORED))
+    if unknown:
+        raise TypeError(f"chunk_gated_delta_rule() got an unexpected keyword argument {unknown[0]!r}")
+
+
+def _same_offsets(cu_seqlens, cu_seqlens_cpu):
+    """fla passes a host copy of cu_seqlens beside it; on the CPU they must agree."""
+    if cu_seqlens_cpu is None:
+        return
+    if cu_seqlens is None:
+        raise ValueError("cu_seqlens_cpu: given without cu_seqlens (pass the offsets as cu_seqlens)")
+    a = _t.int32_vector("cu_seqlens", cu_seqlens)
+    b = _t.int32_vector("cu_seqlens_cpu", cu_seqlens_cpu)
+    if a.shape != b.shape or (a != b).any():
+        raise ValueError(f"cu_seqlens_cpu: expected the same offsets as cu_seqlens {a.tolist()}, got {b.tolist()}")
+
+
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-                           cu_seqlens=None, use_qk_l2norm_in_kernel=False, state_layout="kv", threads=None,
-                           algo="auto", check_values=False, precision="fp32"):
+                           use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
+                           state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, chunk_indices=None,
+                           cp_context=None, *, state_layout=None, threads=None, algo="auto", check_values=False,
+                           precision="fp32", **fla_kwargs):
     """flash-linear-attention's chunk_gated_delta_rule on the CPU.
+
+    The arguments up to cp_context are fla's (0.6), in fla's order, with its
+    defaults; of fla's keyword-only ones chunk_size (16, 32, 64) is accepted
+    and left to cgdr's plan, A_log/dt_bias are ignored unless
+    use_gate_in_kernel, transpose_state_layout is state_v_first's old name.
+    chunk_indices (a hint derived from cu_seqlens) is ignored. Features cgdr
+    lacks (use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+    cp_context, head_first) raise ValueError naming the argument.
 
     q, k: [B, T, H, K]; v: [B, T, HV, V] (HV a multiple of H, grouped heads);
     g (log decay, may be None) and beta: [B, T, HV]. q, k, v, beta share one
     dtype; g may be any float dtype. With cu_seqlens (N+1 offsets) B must be 1
     and the N sequences are packed along T.
-    initial_state: [N, HV, K, V] (state_layout "kv", fla's) or [N, HV, V, K]
-    ("vk"), N = B or len(cu_seqlens) - 1.
+    initial_state: [N, HV, K, V] (fla's default; state_layout "kv") or
+    [N, HV, V, K] (state_v_first=True, or state_layout "vk"), N = B or
+    len(cu_seqlens) - 1.
 
     Returns (o, final_state): o [B, T, HV, V] in q's dtype; final_state (only
     if output_final_state) in initial_state's dtype, float32 when there is no
@@ -130,6 +202,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     the recurrence (FP32 products) where the mode's products are slower, so
     pass algo="chunk16" (or 32, 64) for the mode's own numerics.
     """
+    layout = _fla_layout(state_v_first, state_layout, fla_kwargs)
+    _check_fla_options(fla_kwargs, use_beta_sigmoid_in_kernel, allow_neg_eigval, cp_context)
+    _same_offsets(cu_seqlens, cu_seqlens_cpu)
     kind = _t.common_kind(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state)
     _t.check_rank("q", q, 4, "[B, T, H, K]")
     _t.check_rank("k", k, 4, "[B, T, H, K]")
@@ -149,7 +224,6 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     else:
         seq_lens = _t.int32_vector("seq_lens", [T] * B)
     N = int(seq_lens.shape[0])
-    layout = _layout(state_layout)
     qd = _t.float_dtype_name("q", q)
     init = None
     if initial_state is not None:
