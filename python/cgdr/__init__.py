@@ -65,7 +65,8 @@ def _algo(algo):
     return algo
 
 
-_PRECISIONS = ("fp32", "bf16", "bf16x3", "bf16x4")
+_PRECISIONS = ("auto", "fp32", "bf16", "bf16x3", "bf16x4")
+_ENGINES = ("auto", "vector", "amx", "amx-emu")
 
 
 def _precision(precision):
@@ -74,13 +75,19 @@ def _precision(precision):
     return precision
 
 
+def _engine(engine):
+    if engine not in _ENGINES:
+        raise ValueError(f"engine: expected one of {', '.join(_ENGINES)}, got {engine!r}")
+    return engine
+
+
 def _prefill(q, k, v, beta, g, initial_state, seq_lens, out, final_state, scale, l2norm, layout, threads,
-             algo, check_values, precision="fp32"):
+             algo, check_values, precision="auto", engine="auto"):
     """The one call into the native prefill; every tensor is already prepared."""
     _cgdr.prefill(_t.native("query", q), _t.native("key", k), _t.native("value", v), _t.native("beta", beta),
                   _t.native("g", g), _t.native("initial_state", initial_state), seq_lens, _t.native("out", out),
                   _t.native("final_state", final_state), scale, bool(l2norm), layout, threads, algo,
-                  bool(check_values), _precision(precision))
+                  bool(check_values), _precision(precision), _engine(engine))
 
 
 def _final_state_buffers(kind, initial_state, shape, want_final, dtype):
@@ -173,7 +180,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                            use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
                            state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, chunk_indices=None,
                            cp_context=None, *, state_layout=None, threads=None, algo="auto", check_values=False,
-                           precision="fp32", **fla_kwargs):
+                           precision="auto", engine="auto", **fla_kwargs):
     """flash-linear-attention's chunk_gated_delta_rule on the CPU.
 
     The arguments up to cp_context are fla's (0.6), in fla's order, with its
@@ -196,11 +203,18 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     if output_final_state) in initial_state's dtype, float32 when there is no
     initial state (as fla), in the same layout as initial_state.
 
-    precision: "fp32" (default), "bf16" (products on bf16-rounded operands,
-    FP32 accumulation), "bf16x3"/"bf16x4" (compensated hi/lo bf16 products).
-    They apply to the chunked formulations; with algo="auto" the plan picks
-    the recurrence (FP32 products) where the mode's products are slower, so
-    pass algo="chunk16" (or 32, 64) for the mode's own numerics.
+    precision: "auto" (default: the fastest mode whose error meets the
+    contract for the dtype, docs/SPEC.md 6c: "bf16x3" on AMX tiles for
+    f16/bf16 inputs where the CPU has AMX, else "fp32"), "fp32", "bf16"
+    (products on bf16-rounded operands, FP32 accumulation), "bf16x3"/"bf16x4"
+    (compensated hi/lo bf16 products). They apply to the chunked
+    formulations; with algo="auto" the plan may pick the recurrence (FP32
+    products) where the mode's products are slower, so pass algo="chunk16"
+    (or 32, 64) for the mode's own numerics.
+    engine: where the bf16 modes' products run: "auto" (default: AMX tiles
+    where the CPU has them, else the vector units), "vector", "amx" (the
+    vector units where AMX is not usable), "amx-emu" (the tile numerics
+    emulated; slow, for tests).
     """
     layout = _fla_layout(state_v_first, state_layout, fla_kwargs)
     _check_fla_options(fla_kwargs, use_beta_sigmoid_in_kernel, allow_neg_eigval, cp_context)
@@ -245,13 +259,14 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
 
     _prefill(packed(qc), packed(kc), packed(vc), packed(bc), packed(gc), init_arg, seq_lens, packed(o), final,
              _scale(scale), use_qk_l2norm_in_kernel, layout, _threads(threads), _algo(algo), check_values,
-             _precision(precision))
+             _precision(precision), _engine(engine))
     return o, final
 
 
 def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens, g=None, scale=None,
                                use_qk_l2norm_in_kernel=False, state_layout="vk", threads=None,
-                               output_final_state=True, algo="auto", check_values=False, precision="fp32"):
+                               output_final_state=True, algo="auto", check_values=False, precision="auto",
+                               engine="auto"):
     """The operator in its packed form (the seeds' signature, SPEC 2).
 
     query, key: [T, Nk, Dk]; value: [T, Nv, Dv]; beta: [T, Nv]; g: [T, Nv] or
@@ -260,7 +275,8 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
 
     Returns (out, final_state): out [T, Nv, Dv] in query's dtype; final_state in
     initial_state's dtype (query's when None), or None if not output_final_state.
-    precision: "fp32" (default), "bf16", "bf16x3" or "bf16x4" (see chunk_gated_delta_rule).
+    precision: "auto" (default), "fp32", "bf16", "bf16x3" or "bf16x4"; engine: "auto"
+    (default), "vector", "amx" or "amx-emu" (see chunk_gated_delta_rule).
     """
     kind = _t.common_kind(query=query, key=key, value=value, beta=beta, g=g, initial_state=initial_state)
     _t.check_rank("query", query, 3, "[T, Nk, Dk]")
@@ -279,7 +295,7 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
     gc = _t.contiguous_input("g", g) if g is not None else None
     out = _t.empty(kind, (T, Nv, Dv), qd)
     _prefill(*ins, gc, init, lens, out, final, _scale(scale), use_qk_l2norm_in_kernel, layout,
-             _threads(threads), _algo(algo), check_values, _precision(precision))
+             _threads(threads), _algo(algo), check_values, _precision(precision), _engine(engine))
     return out, final
 
 
