@@ -82,7 +82,7 @@ cgdr::TensorView ToView(const char* name, const py::object& obj, bool writable =
 }
 
 cgdr::Options MakeOptions(double scale, bool l2norm, const std::string& layout, int threads, const std::string& algo,
-                          bool check_values, const std::string& precision = "fp32") {
+                          bool check_values, const std::string& precision = "auto", const std::string& engine = "auto") {
   cgdr::Options o;
   o.scale = scale;
   o.use_qk_l2norm = l2norm;
@@ -95,7 +95,10 @@ cgdr::Options MakeOptions(double scale, bool l2norm, const std::string& layout, 
     ValueError("algo: expected auto, recurrent, chunk16, chunk32, chunk64 or chunk128, got '" + algo + "'");
   }
   if (!cgdr::ParsePrecision(precision, &o.precision)) {
-    ValueError("precision: expected fp32, bf16, bf16x3 or bf16x4, got '" + precision + "'");
+    ValueError("precision: expected auto, fp32, bf16, bf16x3 or bf16x4, got '" + precision + "'");
+  }
+  if (!cgdr::ParseEngine(engine, &o.engine)) {
+    ValueError("engine: expected auto, vector, amx or amx-emu, got '" + engine + "'");
   }
   o.check_values = check_values;
   return o;
@@ -115,7 +118,8 @@ void Raise(const cgdr::Status& s) {
 void Prefill(const py::object& query, const py::object& key, const py::object& value, const py::object& beta,
              const py::object& g, const py::object& initial_state, const py::object& seq_lens, const py::object& out,
              const py::object& final_state, double scale, bool use_qk_l2norm, const std::string& state_layout,
-             int threads, const std::string& algo, bool check_values, const std::string& precision) {
+             int threads, const std::string& algo, bool check_values, const std::string& precision,
+             const std::string& engine) {
   cgdr::Inputs in;
   cgdr::Outputs o;
   in.query = ToView("query", query);
@@ -127,7 +131,8 @@ void Prefill(const py::object& query, const py::object& key, const py::object& v
   in.seq_lens = ToView("seq_lens", seq_lens);
   o.out = ToView("out", out, true);
   o.final_state = ToView("final_state", final_state, true);
-  const cgdr::Options opt = MakeOptions(scale, use_qk_l2norm, state_layout, threads, algo, check_values, precision);
+  const cgdr::Options opt =
+      MakeOptions(scale, use_qk_l2norm, state_layout, threads, algo, check_values, precision, engine);
   cgdr::Status s;
   {
     py::gil_scoped_release release;  // the arguments above keep every buffer alive
@@ -244,7 +249,7 @@ PYBIND11_MODULE(_cgdr, m) {
   m.def("prefill", &Prefill, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
         py::arg("initial_state"), py::arg("seq_lens"), py::arg("out"), py::arg("final_state"), py::arg("scale"),
         py::arg("use_qk_l2norm"), py::arg("state_layout"), py::arg("threads"), py::arg("algo"),
-        py::arg("check_values"), py::arg("precision") = "fp32",
+        py::arg("check_values"), py::arg("precision") = "auto", py::arg("engine") = "auto",
         "Runs cgdr::Run on packed TND tensors (see SPEC 2); writes out and final_state in place.");
   m.def("decode_step", &Decode, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
         py::arg("state_pool"), py::arg("state_indices"), py::arg("out"), py::arg("scale"), py::arg("use_qk_l2norm"),

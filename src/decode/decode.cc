@@ -350,6 +350,7 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 
 #include "cgdr/decode.hpp"
+#include "core/fpenv.h"
 #include "hwy/aligned_allocator.h"
 #include "core/threads.h"
 #include "decode/decode_internal.h"
@@ -521,10 +522,14 @@ Status ValidateAndRun(const DecodeInputs& in, const DecodeOutputs& out, const Op
   const auto carry = hwy::AllocateAligned<uint8_t>(std::max<size_t>(1, carry_bytes * static_cast<size_t>(threads)));
   if (!carry) return Status(Code::kResourceExhausted, "decode: cannot allocate the carry buffers of the token axis");
 
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t item = 0; item < items; ++item) {
-    const int t = omp_get_thread_num();
-    RunItem(p, in, out, item / p.Nv, item % p.Nv, scratch[t], carry.get() + carry_bytes * static_cast<size_t>(t));
+#pragma omp parallel num_threads(threads)
+  {
+    const FlushDenormalsScope ftz;  // as prefill (core/fpenv.h)
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < items; ++item) {
+      const int t = omp_get_thread_num();
+      RunItem(p, in, out, item / p.Nv, item % p.Nv, scratch[t], carry.get() + carry_bytes * static_cast<size_t>(t));
+    }
   }
   return Status::Ok();
 }

@@ -154,8 +154,9 @@ struct TensorBundleReader {
         return Fail(path, Cat("dtypes: '", PrintableName(name), "' must be \"bf16\", \"f16\" or \"f32\", got ",
                               PrintableName(v.dump(), 40)));
       }
+      const std::string& wanted = name;  // a lambda may not capture a structured binding before C++20 in clang 15
       auto it =
-          std::find_if(b->tensors_.begin(), b->tensors_.end(), [&](const NamedTensor& t) { return t.name == name; });
+          std::find_if(b->tensors_.begin(), b->tensors_.end(), [&](const NamedTensor& t) { return t.name == wanted; });
       if (it == b->tensors_.end())
         return Fail(path, Cat("dtypes: no tensor '", PrintableName(name), ".npy' in the directory"));
       if (it->view.dtype == want) continue;

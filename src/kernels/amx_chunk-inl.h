@@ -7,8 +7,9 @@
 //   AmxPrepareValueHead (per value head, after PrepareValueHead, whose decay
 //                       masks and FP32 blocked inverse are shared with the
 //                       vector engine): A, P and K^T diag(e^(G_last - G)).
-//   AmxChunkVSide       (per item, after LoadValueTile): X, Vnew, O and the
-//                       state update on the item's state tile.
+//   AmxChunkVSide       (per item): X, Vnew, O and the state update on the
+//                       item's state tile, with V read from and out written
+//                       to the caller's rows (io) between the tile blocks.
 // `hw`: the hardware tiles (the calling thread has configured them,
 // ConfigureTilesOnThisThread) or the emulation. Defined once per Highway
 // target in amx_chunk.cc.
@@ -25,6 +26,7 @@
 
 #include "cgdr/cgdr.hpp"
 #include "hwy/highway.h"
+#include "kernels/chunk-inl.h"
 #include "plan/scratch_layout.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -34,7 +36,7 @@ namespace HWY_NAMESPACE {
 void AmxPrepareKeyHead(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, Precision prec, bool hw);
 void AmxPrepareValueHead(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, Precision prec);
 void AmxChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT state, int64_t n,
-                   Precision prec, bool hw);
+                   Precision prec, bool hw, const ChunkTensors& io);
 
 }  // namespace HWY_NAMESPACE
 }  // namespace cgdr

@@ -87,35 +87,34 @@ HWY_INLINE void WithConverter(const Fn& fn) {
   fn(Bf16Soft{});
 }
 
-// X = Vb - diag(beta e^G) T for rows [0, n) (T = K S, in x; Vb in vb), zero
-// for later rows, packed as the B operand of Vnew = A X; the FP32 rows are
+// Pair p of rows of X = Vb - diag(beta e^G) T (T = K S, in x; Vb in vb):
+// rows 2p, 2p + 1 where below n, else zero (the B operand's padding rows
+// must be zeros), packed as the B operand of Vnew = A X; the FP32 rows are
 // kept in x for the vector path (CausalProductOnVectors).
 template <class Cvt>
-void FinishAndPackX(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, int64_t k_tiles, int64_t n_tiles,
-                    uint32_t* HWY_RESTRICT hi, uint32_t* HWY_RESTRICT lo, PackFlags& f) {
+HWY_INLINE void FinishAndPackXPair(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, int64_t n_tiles,
+                                   int64_t p, uint32_t* HWY_RESTRICT hi, uint32_t* HWY_RESTRICT lo, PackFlags& f) {
   const DBF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d)), ld = L.w_pad, kp = L.amx_ck / 2;
   const ChunkVectors cv(base + L.vec, L.c_pad);
   float* x = base + L.x;
   const float* vb = base + L.vb;
-  for (int64_t p = 0; p < k_tiles * 16; ++p) {
-    const int64_t i0 = 2 * p, i1 = 2 * p + 1;
-    const auto f0 = hn::Set(d, i0 < n ? cv.beG[i0] : 0.0f), f1 = hn::Set(d, i1 < n ? cv.beG[i1] : 0.0f);
-    for (int64_t c = 0; c < n_tiles * 16; c += N) {
-      auto x0 = hn::Zero(d), x1 = hn::Zero(d);
-      if (i0 < n) {
-        x0 = hn::NegMulAdd(f0, hn::LoadU(d, x + i0 * ld + c), hn::LoadU(d, vb + i0 * ld + c));
-        hn::StoreU(x0, d, x + i0 * ld + c);
-      }
-      if (i1 < n) {
-        x1 = hn::NegMulAdd(f1, hn::LoadU(d, x + i1 * ld + c), hn::LoadU(d, vb + i1 * ld + c));
-        hn::StoreU(x1, d, x + i1 * ld + c);
-      }
-      const int64_t off = ((c / 16) * kp + p) * 16 + c % 16;
-      Cvt::Across(x0, x1, hi + off, lo ? lo + off : nullptr, f);
-      f.Note(x0);
-      f.Note(x1);
+  const int64_t i0 = 2 * p, i1 = 2 * p + 1;
+  const auto f0 = hn::Set(d, i0 < n ? cv.beG[i0] : 0.0f), f1 = hn::Set(d, i1 < n ? cv.beG[i1] : 0.0f);
+  for (int64_t c = 0; c < n_tiles * 16; c += N) {
+    auto x0 = hn::Zero(d), x1 = hn::Zero(d);
+    if (i0 < n) {
+      x0 = hn::NegMulAdd(f0, hn::LoadU(d, x + i0 * ld + c), hn::LoadU(d, vb + i0 * ld + c));
+      hn::StoreU(x0, d, x + i0 * ld + c);
     }
+    if (i1 < n) {
+      x1 = hn::NegMulAdd(f1, hn::LoadU(d, x + i1 * ld + c), hn::LoadU(d, vb + i1 * ld + c));
+      hn::StoreU(x1, d, x + i1 * ld + c);
+    }
+    const int64_t off = ((c / 16) * kp + p) * 16 + c % 16;
+    Cvt::Across(x0, x1, hi + off, lo ? lo + off : nullptr, f);
+    f.Note(x0);
+    f.Note(x1);
   }
 }
 
@@ -199,7 +198,7 @@ void ValueHeadOperands(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t
 
 template <class Tiles, class Cvt>
 void VSideOnTiles(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT state, int64_t n,
-                  Precision prec) {
+                  Precision prec, const ChunkTensors& io) {
   Tiles t;
   const LoPlanes& lo = Flags(L, base);
   const ChunkVectors cv(base + L.vec, L.c_pad);
@@ -210,6 +209,9 @@ void VSideOnTiles(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_R
   const TileA attn_a = OperandA(Words(base, L.amx_attn), L.amx_cc_plane, lo.attn, L.c_pad);
   const TileA p_a = OperandA(Words(base, L.amx_p), L.amx_cc_plane, lo.p, L.c_pad);
   const TileA kt_a = OperandA(Words(base, L.amx_kta), L.amx_kta_plane, lo.kt_a, L.dk_pad);
+  float* x = base + L.x;
+  float* vnew = base + L.vnew;
+  float* o = base + L.o;
 
   // S as the B operand of X and O, split once per chunk, and in the same
   // pass scaled by e^(G_last) in place, where the update's tiles accumulate.
@@ -219,22 +221,33 @@ void VSideOnTiles(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_R
                           cv.eG[n - 1]);
   const TileB s_b = OperandB(sb, L.amx_s_plane, fs.AnyLo(), L.amx_dk / 2);
 
-  // X = Vb - diag(beta e^G) K S.
-  float* x = base + L.x;
-  RunTileJob(t, Job(RowMajor(x, ld), false, k_a, s_b, m_tiles, n_tiles, kd, prec));
+  // T = K S (X's product) while Vb = diag(beta) V comes in, row by row.
+  auto load_v = [&](int64_t i) { LoadValueTile(L, base, io, i, i + 1, [&](int64_t r) { return cv.beta[r]; }); };
+  SideTask load_v_task(n, load_v);
+  RunTileJob(t, Job(RowMajor(x, ld), false, k_a, s_b, m_tiles, n_tiles, kd, prec), &load_v_task);
+
+  // Q S (O's first product) while X = Vb - diag(beta e^G) T is finished and
+  // packed, a pair of rows at a time.
   uint32_t* xb = Words(base, L.amx_x);
   PackFlags fx;
-  FinishAndPackX<Cvt>(L, base, n, kc, n_tiles, xb, LoPlane(xb, L.amx_cw_plane, prec), fx);
+  auto finish_x = [&](int64_t p) {
+    FinishAndPackXPair<Cvt>(L, base, n, n_tiles, p, xb, LoPlane(xb, L.amx_cw_plane, prec), fx);
+  };
+  SideTask finish_x_task(kc * 16, finish_x);
+  RunTileJob(t, Job(RowMajor(o, ld), false, q_a, s_b, m_tiles, n_tiles, kd, prec), &finish_x_task);
 
-  // Vnew = A X (A = (I + L)^-1, unit lower triangular).
-  float* vnew = base + L.vnew;
+  // Vnew = A X (A = (I + L)^-1, unit lower triangular) while Q S is scaled
+  // by scale e^G row by row.
+  auto scale_o = [&](int64_t i) { ScaleRowsBy(o + i * ld, ld, 1, cv.qg + i); };
+  SideTask scale_o_task(m_tiles * kTileRows, scale_o);
   if (!fx.AnyNonFinite()) {
     TileJob vj = Job(RowMajor(vnew, ld), false, attn_a, OperandB(xb, L.amx_cw_plane, fx.AnyLo(), L.amx_ck / 2),
                      m_tiles, n_tiles, kc, prec);
     vj.lower_a = true;
-    RunTileJob(t, vj);
+    RunTileJob(t, vj, &scale_o_task);
   } else {
     CausalProductOnVectors(base + L.attn, L.c_pad, x, vnew, false, n, ld);
+    scale_o_task.Finish();
   }
   uint32_t* vw = Words(base, L.amx_v);
   PackFlags fv;
@@ -242,9 +255,6 @@ void VSideOnTiles(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_R
   const TileB vnew_b = OperandB(vw, L.amx_cw_plane, fv.AnyLo(), L.amx_ck / 2);
 
   // O = diag(scale e^G) Q S + P Vnew.
-  float* o = base + L.o;
-  RunTileJob(t, Job(RowMajor(o, ld), false, q_a, s_b, m_tiles, n_tiles, kd, prec));
-  ScaleRowsBy(o, ld, m_tiles * kTileRows, cv.qg);
   if (!fv.AnyNonFinite()) {
     TileJob oj = Job(RowMajor(o, ld), true, p_a, vnew_b, m_tiles, n_tiles, kc, prec);
     oj.lower_a = true;
@@ -253,8 +263,11 @@ void VSideOnTiles(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_R
     CausalProductOnVectors(base + L.qk, L.c_pad, vnew, o, true, n, ld);
   }
 
-  // S = e^(G_last) S + K^T diag(e^(G_last - G)) Vnew.
-  RunTileJob(t, Job(RowMajor(state, ld), true, kt_a, vnew_b, dk_tiles, n_tiles, kc, prec));
+  // S = e^(G_last) S + K^T diag(e^(G_last - G)) Vnew, while O goes out to
+  // the caller's rows in its dtype.
+  auto store_out = [&](int64_t i) { StoreOutputRows(L, o, io, i, i + 1); };
+  SideTask store_out_task(n, store_out);
+  RunTileJob(t, Job(RowMajor(state, ld), true, kt_a, vnew_b, dk_tiles, n_tiles, kc, prec), &store_out_task);
 }
 
 }  // namespace
@@ -274,13 +287,13 @@ void AmxPrepareValueHead(const ScratchLayout& L, float* HWY_RESTRICT base, int64
 }
 
 void AmxChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT state, int64_t n,
-                   Precision prec, bool hw) {
+                   Precision prec, bool hw, const ChunkTensors& io) {
   WithConverter([&](auto cvt) {
     using Cvt = decltype(cvt);
 #if HWY_ARCH_X86_64
-    if (hw) return VSideOnTiles<AmxHwTiles, Cvt>(L, base, state, n, prec);
+    if (hw) return VSideOnTiles<AmxHwTiles, Cvt>(L, base, state, n, prec, io);
 #endif
-    VSideOnTiles<AmxEmuTiles, Cvt>(L, base, state, n, prec);
+    VSideOnTiles<AmxEmuTiles, Cvt>(L, base, state, n, prec, io);
   });
 }
 

@@ -292,31 +292,82 @@ HWY_INLINE void TileBlock(Tiles& t, const TileJob& job, const TileTerm* terms, i
   });
 }
 
-template <class Tiles>
-HWY_INLINE void RunTileJob(Tiles& t, const TileJob& job) {
-  TileTerm terms[4];
-  const int term_count = JobTerms(job, terms);
+// Vector work run between the blocks of tile products: TDPBF16PS runs on the
+// matrix unit while the core goes on with other instructions, so a pass that
+// does not touch the product's operands or results (loading V, converting
+// out, packing the next operand) costs nearly nothing there (measured on
+// this Xeon: 4 TDPBF16PS and ~60 vector instructions per iteration took as
+// long as the TDPBF16PS alone). `units` calls of run(unit), in order; the
+// product runs them spread over its blocks and finishes them after its last.
+class SideTask {
+ public:
+  SideTask() = default;
+  template <class Fn>
+  SideTask(int64_t units, Fn& fn)
+      : units_(units), ctx_(&fn), thunk_([](void* c, int64_t u) { (*static_cast<Fn*>(c))(u); }) {}
+  int64_t units() const { return units_; }
+  // Runs the units up to `fraction` of all of them.
+  HWY_INLINE void RunTo(int64_t done, int64_t of) {
+    const int64_t target = of > 0 ? units_ * done / of : units_;
+    for (; next_ < target; ++next_) thunk_(ctx_, next_);
+  }
+  HWY_INLINE void Finish() { RunTo(1, 1); }
+
+ private:
+  int64_t units_ = 0, next_ = 0;
+  void* ctx_ = nullptr;
+  void (*thunk_)(void*, int64_t) = nullptr;
+};
+
+// The job's blocks in order (row-tile pairs outer, column-tile pairs inner)
+// and the k tiles each reads.
+struct TileBlockRef {
+  int64_t mt, nt, k_tiles;
+  int mr, nr;
+};
+template <class Fn>
+HWY_INLINE void ForEachBlock(const TileJob& job, const Fn& fn) {
   for (int64_t mt = 0; mt < job.m_tiles; mt += 2) {
-    const bool two_rows = mt + 1 < job.m_tiles;
-    const int64_t last_row_tile = mt + (two_rows ? 1 : 0);
+    const int mr = mt + 1 < job.m_tiles ? 2 : 1;
+    const int64_t last_row_tile = mt + mr - 1;
     // Lower A: the block's last row is 16 * last_row_tile + 15, so k tiles
     // up to the one holding it; entries right of the diagonal are zeros.
     const int64_t k_tiles =
         job.lower_a ? std::min(job.k_tiles, ((last_row_tile + 1) * kTileRows + kTileK - 1) / kTileK) : job.k_tiles;
     for (int64_t nt = 0; nt < job.n_tiles; nt += 2) {
       if (job.lower_result && nt > last_row_tile) break;
-      const bool two_cols = nt + 1 < job.n_tiles;
-      if (two_rows && two_cols) {
-        TileBlock<Tiles, 2, 2>(t, job, terms, term_count, mt, nt, k_tiles);
-      } else if (two_rows) {
-        TileBlock<Tiles, 2, 1>(t, job, terms, term_count, mt, nt, k_tiles);
-      } else if (two_cols) {
-        TileBlock<Tiles, 1, 2>(t, job, terms, term_count, mt, nt, k_tiles);
-      } else {
-        TileBlock<Tiles, 1, 1>(t, job, terms, term_count, mt, nt, k_tiles);
-      }
+      fn(TileBlockRef{mt, nt, k_tiles, mr, nt + 1 < job.n_tiles ? 2 : 1});
     }
   }
+}
+
+HWY_INLINE int64_t CountBlocks(const TileJob& job) {
+  int64_t blocks = 0;
+  ForEachBlock(job, [&](const TileBlockRef&) { ++blocks; });
+  return blocks;
+}
+
+// The product; `side` (may be null) runs spread over its blocks and is
+// finished when it returns.
+template <class Tiles>
+HWY_INLINE void RunTileJob(Tiles& t, const TileJob& job, SideTask* side = nullptr) {
+  TileTerm terms[4];
+  const int term_count = JobTerms(job, terms);
+  const int64_t blocks = side ? CountBlocks(job) : 0;
+  int64_t done = 0;
+  ForEachBlock(job, [&](const TileBlockRef& b) {
+    if (b.mr == 2 && b.nr == 2) {
+      TileBlock<Tiles, 2, 2>(t, job, terms, term_count, b.mt, b.nt, b.k_tiles);
+    } else if (b.mr == 2) {
+      TileBlock<Tiles, 2, 1>(t, job, terms, term_count, b.mt, b.nt, b.k_tiles);
+    } else if (b.nr == 2) {
+      TileBlock<Tiles, 1, 2>(t, job, terms, term_count, b.mt, b.nt, b.k_tiles);
+    } else {
+      TileBlock<Tiles, 1, 1>(t, job, terms, term_count, b.mt, b.nt, b.k_tiles);
+    }
+    if (side) side->RunTo(++done, blocks);
+  });
+  if (side) side->Finish();
 }
 
 // ---------------------------------------------------------------------------

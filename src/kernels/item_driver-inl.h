@@ -245,34 +245,6 @@ HWY_INLINE ChunkTensors ItemTensors(const ItemView& iv, int64_t t) {
   return io;
 }
 
-// Rows [0, n) of the item's V tile (io from ItemTensors) into the vb panels,
-// row i times row_factor(i) (beta_i for Vb = diag(beta) V; 1 keeps V
-// exactly), for the panels ChunkVSide does not read in place (io.Direct).
-// Whole panels convert and scale in one pass over whole vectors.
-template <class RowFactor>
-HWY_INLINE void LoadValueTile(const ScratchLayout& L, float* HWY_RESTRICT base, const ChunkTensors& io, int64_t n,
-                              const RowFactor& row_factor) {
-  const Panels rp(L.c, L);
-  ForDType(io.v.dtype, [&](auto tag) {
-    constexpr DType kT = decltype(tag)::value;
-    for (int64_t c0 = 0; c0 < L.w_pad; c0 = rp.Next(c0)) {
-      const int64_t pw = rp.Width(c0), cols = std::clamp<int64_t>(io.width - c0, 0, pw);
-      if (io.Direct(c0, pw)) continue;
-      const uint8_t* first = static_cast<const uint8_t*>(ChunkTensors::Columns(io.v, c0).at);
-      for (int64_t i = 0; i < n; ++i) {
-        const uint8_t* src = first + i * io.v.stride;
-        float* dst = rp.Base(base + L.vb, c0) + i * pw;
-        if (cols == pw) {
-          LoadScaledVectorsAs<kT>(src, pw, row_factor(i), dst);
-        } else {
-          LoadRowAs<kT>(src, cols, dst, pw);
-          ScaleRows(dst, pw, 1, [&](int64_t) { return row_factor(i); }, dst);
-        }
-      }
-    }
-  });
-}
-
 // What an item's chunk step can take from the item before it in the group
 // (same chunk rows): the key head's stage (same hk) and also the value
 // head's stage (same head, another V tile). See PrepareKeyHead.
@@ -310,30 +282,6 @@ HWY_INLINE void QueueGroupChunk(const ItemView* views, int64_t count, int64_t t,
   if (p.has_gate) add(in.a, t * p.Nv + a.head, p.Nv, z.head - a.head + 1, false);
 }
 
-// Output rows [0, n) of the item (io from ItemTensors) from the o panels,
-// for the panels ChunkVSide did not write in place (io.Direct); with
-// streaming stores where out's rows take them (StreamsOutput) and the
-// panel's part of each row is whole lines.
-HWY_INLINE void StoreOutputRows(const ScratchLayout& L, const float* HWY_RESTRICT o, const ChunkTensors& io, int64_t n) {
-  const Panels rp(L.c, L);
-  ForDType(io.out.dtype, [&](auto tag) {
-    constexpr DType kT = decltype(tag)::value;
-    for (int64_t c0 = 0; c0 < io.width; c0 = rp.Next(c0)) {
-      const int64_t pw = rp.Width(c0), cols = std::min(pw, io.width - c0);
-      if (io.Direct(c0, pw)) continue;
-      uint8_t* row = static_cast<uint8_t*>(ChunkTensors::Columns(io.out, c0).at);
-      if constexpr (kStreamableAs<kT>) {
-        const bool lines = (c0 * kDTypeBytes<kT>) % kLineBytes == 0 && (cols * kDTypeBytes<kT>) % kLineBytes == 0;
-        if (io.out.stream && lines) {
-          for (int64_t i = 0; i < n; ++i, row += io.out.stride) StreamRowAs<kT>(rp.Base(o, c0) + i * pw, cols, row);
-          continue;
-        }
-      }
-      for (int64_t i = 0; i < n; ++i, row += io.out.stride) StoreRowAs<kT>(rp.Base(o, c0) + i * pw, cols, row);
-    }
-  });
-}
-
 // C = 1: tokens [t, t + n) of one item (n <= kRecurrentSpan), token by
 // token, one state panel at a time so the panel stays in L1 for all n tokens.
 template <int kDkPad>
@@ -346,7 +294,7 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
   // As in ChunkStep: panels inside the item's V tile read V and write out in
   // place (ChunkTensors), padded ones go through vb and o.
   const ChunkTensors io = ItemTensors(iv, t);
-  LoadValueTile(L, base, io, n, [](int64_t) { return 1.0f; });
+  LoadValueTile(L, base, io, 0, n, [](int64_t) { return 1.0f; });
   for (int64_t i = 0; i < n; ++i) cv.eG[i] = std::exp(cv.g[i]);
   const Panels sp(L.dk_pad, L), rp(L.c, L);
   for (int64_t c0 = 0; c0 < L.w_pad; c0 = sp.Next(c0)) {
@@ -369,16 +317,14 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
              reinterpret_cast<uint8_t*>(rp.Base(base + L.o, c0)), row_bytes);
     }
   }
-  StoreOutputRows(L, base + L.o, io, n);
+  StoreOutputRows(L, base + L.o, io, 0, n);
 }
 
 // C = 16 .. 128 on the AMX engine (amx_chunk-inl.h): the stages of
 // ChunkStep with the products on tiles. The decay masks and the FP32 blocked
-// inverse (PrepareValueHead) are the vector engine's; V comes in through vb
-// and out leaves through o, whole rows at a time.
+// inverse (PrepareValueHead) are the vector engine's.
 HWY_INLINE void ChunkStepOnTiles(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base,
                                  float* HWY_RESTRICT S, float scale, int64_t t, int64_t n, SharedKSide shared) {
-  const ChunkVectors cv(base + L.vec, L.c_pad);
   const Precision prec = iv.plan_precision;
   const bool hw = iv.engine == Engine::kAmx;
   if (!shared.key_head) {
@@ -392,9 +338,7 @@ HWY_INLINE void ChunkStepOnTiles(const ItemView& iv, const ScratchLayout& L, flo
   }
   ChunkTensors io = ItemTensors(iv, t);
   io.direct = false;
-  LoadValueTile(L, base, io, n, [&](int64_t i) { return cv.beta[i]; });  // Vb = diag(beta) V
-  AmxChunkVSide(L, base, S, n, prec, hw);
-  StoreOutputRows(L, base + L.o, io, n);
+  AmxChunkVSide(L, base, S, n, prec, hw, io);  // V in through vb, out from o, between its tile blocks
 }
 
 // C = 16 .. 128: one chunk [t, t + n) of one item, SPEC 4.
@@ -415,9 +359,9 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
     PrepareValueHead(L, base, n, scale);
   }
   const ChunkTensors io = ItemTensors(iv, t);
-  LoadValueTile(L, base, io, n, [&](int64_t i) { return cv.beta[i]; });  // Vb = diag(beta) V
+  LoadValueTile(L, base, io, 0, n, [&](int64_t i) { return cv.beta[i]; });  // Vb = diag(beta) V
   ChunkVSide(L, base, S, n, prec, prefetch, io);
-  StoreOutputRows(L, base + L.o, io, n);
+  StoreOutputRows(L, base + L.o, io, 0, n);
 }
 
 // Rows of the next step of a sequence from token t: a chunk (or C = 1's span)

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/alloc.h"
+#include "core/fpenv.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 #include "kernels/amx.h"
@@ -69,6 +70,7 @@ Status ExecuteImpl(const Plan& plan, const Inputs& in, const Outputs& out) {
 #pragma omp parallel num_threads(workers)
     {
       float* base = scratch[static_cast<size_t>(omp_get_thread_num())].get();
+      const FlushDenormalsScope ftz;
       if (hw_tiles) ConfigureTilesOnThisThread();
       for (int64_t g = next_group.fetch_add(1, std::memory_order_relaxed); g < plan.groups();
            g = next_group.fetch_add(1, std::memory_order_relaxed)) {
