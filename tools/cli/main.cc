@@ -51,7 +51,8 @@ const char kRunUsage[] =
     "                [--algo auto|recurrent|chunk16|chunk32|chunk64] [--check-values]\n"
     "                [--precision auto|fp32|bf16|bf16x3|bf16x4] [--engine auto|vector|amx|amx-emu]\n"
     "  CASE: tensors query, key, value, beta, seq_lens (int32), optional g and initial_state;\n"
-    "        metadata scale, state_layout (vk|kv), use_qk_l2norm (true|false).\n"
+    "        metadata scale, state_layout (vk|kv), use_qk_l2norm (true|false), use_beta_sigmoid (true|false);\n"
+    "        a, A_log, dt_bias (optional): the gate in the kernel instead of g (SPEC 6d).\n"
     "  RESULT: out (dtype of query) and final_state (dtype of initial_state, else query).\n"
     "  --check-values  also reject NaN/Inf inputs and g > 0 (SPEC 3).\n"
     "  --precision     products of the chunked formulations: auto (default: the fastest mode\n"
@@ -70,7 +71,9 @@ const char kPlanUsage[] =
 const char kMakeCaseUsage[] =
     "usage: cgdr make-case --out FILE [--t T | --lens 3,0,5] [--nk 2] [--nv 4] [--dk 16] [--dv 16]\n"
     "                      [--dtype f32] [--state-dtype DT] [--g-dtype f32] [--layout vk|kv]\n"
-    "                      [--no-g] [--no-state] [--l2norm] [--scale X] [--seed N] [--break KIND]\n"
+    "                      [--no-g] [--no-state] [--l2norm] [--raw-gate] [--beta-sigmoid] [--scale X]\n"
+    "                      [--seed N] [--break KIND]\n"
+    "  --raw-gate: a, A_log, dt_bias instead of g; --beta-sigmoid: beta holds raw logits (SPEC 6d).\n"
     "  A synthetic, well-conditioned case (testing). --break writes a deliberately bad one:\n"
     "  beta-i32, key-shape, seq-lens, missing-beta, bad-layout, unknown-tensor.\n";
 
@@ -217,7 +220,7 @@ Status MakeCaseFile(int argc, char** argv, bool* help) {
   CGDR_CLI_TRY(a.Parse("make-case", argc, argv,
                        {"--out", "--t", "--lens", "--nk", "--nv", "--dk", "--dv", "--dtype", "--state-dtype",
                         "--g-dtype", "--layout", "--scale", "--seed", "--break"},
-                       {"--no-g", "--no-state", "--l2norm"}));
+                       {"--no-g", "--no-state", "--l2norm", "--raw-gate", "--beta-sigmoid"}));
   if ((*help = MaybeHelp(a, kMakeCaseUsage))) return Status::Ok();
   std::string path;
   CGDR_CLI_TRY(a.Require("--out", &path));
@@ -299,6 +302,8 @@ Status ParseCaseSpec(const Args& a, const CaseSpec& defaults, CaseSpec* spec) {
   spec->has_g = !a.Has("--no-g");
   spec->has_initial_state = !a.Has("--no-state");
   spec->use_qk_l2norm = a.Has("--l2norm");
+  spec->raw_gate = a.Has("--raw-gate");
+  spec->beta_sigmoid = a.Has("--beta-sigmoid");
   if (a.Has("--scale")) {
     const std::string s = a.Get("--scale");
     char* end = nullptr;
