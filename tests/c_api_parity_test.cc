@@ -410,6 +410,20 @@ TEST(CApiSetters, RejectValuesOutsideTheirRange) {
   EXPECT_EQ(cgdr_options_set_dk_bucket(handle, 80), CGDR_OK);
   EXPECT_EQ(cgdr_options_set_v_step(nullptr, 8), CGDR_INVALID_ARGUMENT);
   EXPECT_EQ(cgdr_options_set_dk_bucket(nullptr, 64), CGDR_INVALID_ARGUMENT);
+  // The serving options (docs/SPEC.md 6d): signs here, against the shapes in the call.
+  EXPECT_EQ(cgdr_options_set_checkpoint_every(handle, -1), CGDR_INVALID_ARGUMENT);
+  EXPECT_STREQ(cgdr_last_error(), "cgdr_options_set_checkpoint_every: expected 0 (none) or a positive token count, got -1");
+  EXPECT_EQ(cgdr_options_set_checkpoint_every(handle, 256), CGDR_OK);
+  EXPECT_EQ(cgdr_options_set_state_slot_stride(handle, -8), CGDR_INVALID_ARGUMENT);
+  EXPECT_STREQ(cgdr_last_error(),
+               "cgdr_options_set_state_slot_stride: expected 0 (dense) or a positive element count, got -8");
+  EXPECT_EQ(cgdr_options_set_state_slot_stride(handle, 0), CGDR_OK);
+  EXPECT_EQ(cgdr_options_set_beta_sigmoid(handle, 1), CGDR_OK);
+  EXPECT_EQ(cgdr_options_set_checkpoint_every(nullptr, 1), CGDR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgdr_options_set_state_slot_stride(nullptr, 0), CGDR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgdr_options_set_beta_sigmoid(nullptr, 1), CGDR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgdr_prefill_ex(nullptr, nullptr, handle), CGDR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgdr_decode_ex(nullptr, nullptr, handle), CGDR_INVALID_ARGUMENT);
   cgdr_options_destroy(handle);
 }
 
