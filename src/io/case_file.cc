@@ -26,6 +26,13 @@ bool IsCaseTensor(const std::string& name) {
   return false;
 }
 
+// "query, key, ..., final_state": the names a case may carry, for messages.
+std::string CaseTensorList() {
+  std::string list;
+  for (const char* n : kCaseTensors) list += Cat(list.empty() ? "" : ", ", n);
+  return list;
+}
+
 TensorView ViewOf(const SafetensorsFile& f, const char* name) {
   const SafetensorsTensor* t = f.Find(name);
   return t ? t->view() : TensorView();
@@ -84,8 +91,7 @@ Status LoadCase(const std::string& path, LoadedCase* out) {
   if (!s.ok()) return s;
   for (const auto& t : c.file.tensors()) {
     if (!IsCaseTensor(t.name)) {
-      return Fail(path, Cat("unknown tensor '", PrintableName(t.name),
-                            "' (expected query, key, value, beta, g, initial_state, seq_lens)"));
+      return Fail(path, Cat("unknown tensor '", PrintableName(t.name), "' (expected ", CaseTensorList(), ")"));
     }
   }
   for (const char* name : kRequired) {

@@ -153,7 +153,7 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
         out.chunk = c;
       }
     }
-    why << "C=" << out.chunk << " cheapest by model (" << costs;
+    why << "C=" << out.chunk << " cheapest by model (cost in FMA times: " << costs;
     if (p.options.precision != Precision::kFp32) {
       why << "; C>1 products in " << PrecisionName(p.options.precision) << " cost "
           << ShortNumber(prof.precision_cost[static_cast<int>(p.options.precision)]) << "x fp32's";
@@ -312,7 +312,7 @@ std::string PlanToString(const Plan& plan) {
      << " dk_padded=" << plan.dk_padded << " vStep=" << plan.v_step << " vTiles=" << plan.v_tiles
      << " items=" << plan.items.size() << " group=" << plan.group_items << " stream_out=" << plan.stream_out
      << " threads=" << plan.threads
-     << " precision=" << PrecisionName(plan.precision) << " scratch_per_thread=" << plan.scratch_bytes_per_thread << " target=" << ActiveTarget() << "\n";
+     << " precision=" << PrecisionName(plan.precision) << " scratch_per_thread=" << plan.scratch_bytes_per_thread << "B target=" << ActiveTarget() << "\n";
   os << "why: " << plan.why << "\n";
   int64_t smallest = plan.groups() ? plan.group_items : 0, largest = 0;
   for (int64_t g = 0; g < plan.groups(); ++g) {

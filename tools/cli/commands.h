@@ -38,6 +38,7 @@ struct RunRequest {
   Algo algo = Algo::kAuto;
   Precision precision = Precision::kFp32;
   bool check_values = false;
+  bool quiet = false;  // no summary line on success
 };
 struct RunReport {
   double seconds = 0.0;  // the cgdr::Run call alone
