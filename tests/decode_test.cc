@@ -455,6 +455,21 @@ TEST_F(Rejects, OptionsAndValues) {
   ExpectReject(d.Inputs(), d.Outputs(), "value: non-finite value nan at index [0, 0, 3]", opt);
 }
 
+// check_values also scans the pool rows the step will use (as prefill scans
+// initial_state), and only those: a NaN in a row no index names is not the
+// step's business.
+TEST_F(Rejects, CheckValuesScansThePoolRowsInUse) {
+  Options opt;
+  opt.check_values = true;
+  const int64_t row = d.Nv * d.head;
+  StoreFromF32(d.pool.data(), DType::kF32, 3 * row + 5, NAN);  // row 3: no index names it
+  Status s = DecodeStep(d.Inputs(), d.Outputs(), opt);
+  ASSERT_TRUE(s.ok()) << s.message();
+  StoreFromF32(d.pool.data(), DType::kF32, 4 * row + 2 * d.head - 1, INFINITY);  // row 4 = state_indices[1], last element
+  ExpectReject(d.Inputs(), d.Outputs(),
+               "state_pool: non-finite value inf at index [4, 1, 7, 7] (the row of state_indices[1]; check_values)", opt);
+}
+
 TEST(Decode, EmptyBatchIsANoOp) {
   std::vector<float> pool(2 * 1 * 4 * 4, 1.0f);
   float dummy[4] = {};

@@ -38,6 +38,9 @@ def _check(query, key, value, g, beta):
                                 ("beta", beta, 3, "[B, T, H]")):
         _t.check_rank(name, x, rank, dims)
     B, T = query.shape[:2]
+    if B < 1:
+        raise ValueError(f"query: expected a batch of B >= 1 sequences ([B, T, H, K]), got B = 0 "
+                         f"(shape {list(query.shape)})")
     for name, x in (("key", key), ("value", value), ("g", g), ("beta", beta)):
         if tuple(x.shape[:2]) != (B, T):
             raise ValueError(f"{name}: expected leading dimensions [B, T] = [{B}, {T}] as query, got {list(x.shape)}")
