@@ -2,9 +2,16 @@
 //   fuzz_make_seeds DIR
 // safetensors: small valid case and result files of every dtype and option,
 // and broken variants (truncated, bad JSON, overlapping or misaligned
-// offsets, huge lengths and shapes, unknown dtypes and keys);
+// offsets, huge lengths and shapes, unknown dtypes and keys, deep nesting,
+// many entries, long numbers and strings, invalid UTF-8);
 // api, differential: byte strings from a fixed seed (every byte string is a
 // valid input for those targets; these spread over their choices).
+//   fuzz_make_seeds --large DIR
+// writes DIR/safetensors: the hostile shapes of issue 19 at a size where
+// super-linear reading would run past `make fuzz`'s per-input time budget
+// (-timeout): 50,000 entries (quadratic reading took 45 s for 64,000),
+// 250 kB numbers and strings. Too large for the repository; `make fuzz`
+// generates them in build-fuzz.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -42,6 +49,40 @@ std::string CaseBytes(const cgdr::CaseSpec& spec) {
     std::exit(1);
   }
   return bytes;
+}
+
+// `open` n times, `inner`, `close` n times.
+std::string Nested(const std::string& open, const std::string& inner, const std::string& close, size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += open;
+  s += inner;
+  for (size_t i = 0; i < n; ++i) s += close;
+  return s;
+}
+
+// Issue 19's hostile headers: 100,000 nested arrays (the ~200 kB file that
+// crashed the reader) and 1,000 nested objects; `scale` times 2,000 entries
+// and 10 kB numbers and strings.
+template <typename Put>
+void HostileSeeds(size_t scale, Put put) {
+  const std::string tail = R"(,"data_offsets":[0,4]}})";
+  put("regression_deep_nesting", Raw(R"({"x":{"dtype":"F32","shape":)" + Nested("[", "1", "]", 100000) + tail,
+                                     std::string(4, '\0')));
+  put("deep_objects", Raw(R"({"x":{"dtype":"F32","shape":[)" + Nested("{\"a\":", "1", "}", 1000) + "]" + tail,
+                          std::string(4, '\0')));
+  std::string many = "{";
+  for (size_t i = 0; i < 2000 * scale; ++i) {
+    many += (i ? ",\"t" : "\"t") + std::to_string(i) + R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
+  }
+  put("many_entries", Raw(many + "}", ""));
+  const std::string digits(10000 * scale, '9');
+  put("long_number", Raw(R"({"x":{"dtype":"F32","shape":[)" + digits + "]" + tail, std::string(4, '\0')));
+  put("long_exponent", Raw(R"({"x":{"dtype":"F32","shape":[1e-)" + digits + "]" + tail, std::string(4, '\0')));
+  put("long_string", Raw(R"({"x":{"dtype":")" + std::string(10000 * scale, 'F') + R"(","shape":[1])" + tail,
+                         std::string(4, '\0')));
+  std::string bad_utf8;
+  for (size_t i = 0; i < 2500 * scale; ++i) bad_utf8 += "\xc3\xa9\xc0\xaf";  // a valid character, then an overlong one
+  put("invalid_utf8", Raw("{\"" + bad_utf8 + R"(":{"dtype":"F32","shape":[1])" + tail, std::string(4, '\0')));
 }
 
 void SafetensorsSeeds(const fs::path& dir) {
@@ -87,6 +128,7 @@ void SafetensorsSeeds(const fs::path& dir) {
   put("duplicate_key", Raw(R"({"query":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"query":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
                            std::string(4, '\0')));
   put("control_chars", Raw("{\"q\\u0000\\n\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", std::string(4, '\0')));
+  HostileSeeds(1, [&](const std::string& name, const std::string& bytes) { put(name, bytes); });
 }
 
 // Byte strings of varied lengths from a fixed generator.
@@ -103,8 +145,14 @@ void RandomSeeds(const fs::path& dir, int count, uint32_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--large") {
+    const fs::path dir = fs::path(argv[2]) / "safetensors";
+    fs::create_directories(dir);
+    HostileSeeds(25, [&](const std::string& name, const std::string& bytes) { Write(dir / ("large_" + name), bytes); });
+    return 0;
+  }
   if (argc != 2) {
-    std::fprintf(stderr, "usage: fuzz_make_seeds DIR\n");
+    std::fprintf(stderr, "usage: fuzz_make_seeds DIR | fuzz_make_seeds --large DIR\n");
     return 2;
   }
   const fs::path root = argv[1];
