@@ -203,7 +203,7 @@ class HeaderReader {
     return entry_ ? Cat(TensorLabel(*entry_), ": ") : in_metadata_ ? "__metadata__: " : "";
   }
   // An error in the tensor entry being read.
-  Status EntryFail(const std::string& msg) const { return Fail(label_, Cat(TensorLabel(*entry_), msg)); }
+  Status EntryFail(const std::string& msg) const { return Fail(label_, Cat(TensorLabel(*entry_), ": ", msg)); }
 
   static bool StartsValue(Token t) {
     return t != Token::kEnd && t != Token::kEndObject && t != Token::kEndArray && t != Token::kColon &&
@@ -268,22 +268,22 @@ class HeaderReader {
     Token tok;
     CGDR_TRY(NextValue(&tok));
     if (tok != Token::kBeginObject) {
-      return EntryFail(Cat(": expected an object with dtype, shape, data_offsets, got ", JsonTokenKind(tok)));
+      return EntryFail(Cat("expected an object with dtype, shape, data_offsets, got ", JsonTokenKind(tok)));
     }
     static constexpr const char* kFields[] = {"dtype", "shape", "data_offsets"};
     bool seen[3] = {false, false, false};
     std::vector<uint64_t> shape, offsets;
     CGDR_TRY(ReadMembers([&](std::string key) {
       const auto* f = std::find_if(std::begin(kFields), std::end(kFields), [&](const char* k) { return key == k; });
-      if (f == std::end(kFields)) return EntryFail(Cat(": unexpected field '", Printable(key), "'"));
+      if (f == std::end(kFields)) return EntryFail(Cat("unexpected field '", Printable(key), "'"));
       const size_t i = static_cast<size_t>(f - std::begin(kFields));
-      if (seen[i]) return EntryFail(Cat(": repeats the key '", key, "'"));
+      if (seen[i]) return EntryFail(Cat("repeats the key '", key, "'"));
       seen[i] = true;
       if (i == 0) return ReadDType(&t->dtype);
       return i == 1 ? ReadIndexArray(Field::kShape, &shape) : ReadIndexArray(Field::kOffsets, &offsets);
     }));
     for (size_t i = 0; i < 3; ++i) {
-      if (!seen[i]) return EntryFail(Cat(": missing field '", kFields[i], "'"));
+      if (!seen[i]) return EntryFail(Cat("missing field '", kFields[i], "'"));
     }
     CGDR_TRY(CheckShape(shape, t));
     CGDR_TRY(CheckOffsets(offsets, t));
@@ -295,7 +295,7 @@ class HeaderReader {
     Token t;
     CGDR_TRY(NextValue(&t));
     if (t != Token::kString || !ParseSafetensorsDType(scan_.string_value(), dtype)) {
-      return EntryFail(Cat(": unsupported dtype ", Excerpt(scan_), " (supported: F16, BF16, F32, I32)"));
+      return EntryFail(Cat("unsupported dtype ", Excerpt(scan_), " (supported: F16, BF16, F32, I32)"));
     }
     return Status::Ok();
   }
@@ -335,25 +335,25 @@ class HeaderReader {
     }
     switch (issue) {
       case Issue::kNotArray:
-        return EntryFail(Cat(": shape must be an array, got ", Excerpt(scan_)));
+        return EntryFail(Cat("shape must be an array, got ", Excerpt(scan_)));
       case Issue::kBadValue:
-        return EntryFail(Cat(": shape[", index, "] is ", Excerpt(scan_),
+        return EntryFail(Cat("shape[", index, "] is ", Excerpt(scan_),
                                 ", expected a non-negative integer <= ", kMaxI64));
       case Issue::kTooMany:
         break;
     }
-    return EntryFail(Cat(": shape has more than ", kMaxSafetensorsRank, " dimensions (the rank limit)"));
+    return EntryFail(Cat("shape has more than ", kMaxSafetensorsRank, " dimensions (the rank limit)"));
   }
 
   Status BadOffsets(const std::string& got) {
-    return EntryFail(Cat(": data_offsets must be [begin, end] of integers in [0, ", kMaxI64, "], got ", got));
+    return EntryFail(Cat("data_offsets must be [begin, end] of integers in [0, ", kMaxI64, "], got ", got));
   }
 
   Status CheckShape(const std::vector<uint64_t>& shape, SafetensorsTensor* t) {
     t->shape.assign(shape.begin(), shape.end());
     uint64_t numel = 0, nbytes = 0;
     if (!NumelChecked(t->shape, &numel) || !MulChecked(numel, DTypeSize(t->dtype), &nbytes)) {
-      return EntryFail(Cat(": shape ", ShapeString(t->shape), " of ", SafetensorsDTypeName(t->dtype),
+      return EntryFail(Cat("shape ", ShapeString(t->shape), " of ", SafetensorsDTypeName(t->dtype),
                               " has more bytes than a 64-bit size can hold"));
     }
     t->numel = static_cast<int64_t>(numel);
@@ -365,11 +365,11 @@ class HeaderReader {
     if (offsets.size() != 2) return BadOffsets(Cat(offsets.size(), offsets.size() == 1 ? " value" : " values"));
     const uint64_t b = offsets[0], e = offsets[1];
     if (b > e || e > data_size_) {
-      return EntryFail(Cat(": data_offsets [", b, ", ", e, "] outside the data buffer of ", data_size_,
+      return EntryFail(Cat("data_offsets [", b, ", ", e, "] outside the data buffer of ", data_size_,
                               " bytes"));
     }
     if (e - b != static_cast<uint64_t>(t->nbytes)) {
-      return EntryFail(Cat(": data_offsets [", b, ", ", e, "] hold ", e - b, " bytes, expected ", t->nbytes,
+      return EntryFail(Cat("data_offsets [", b, ", ", e, "] hold ", e - b, " bytes, expected ", t->nbytes,
                               " (shape ", ShapeString(t->shape), " x ", DTypeSize(t->dtype), "-byte ",
                               SafetensorsDTypeName(t->dtype), ")"));
     }
