@@ -9,7 +9,7 @@
 //   fuzz_make_seeds --large DIR
 // writes DIR/safetensors: the hostile shapes of issue 19 at a size where
 // super-linear reading would run past `make fuzz`'s per-input time budget
-// (-timeout): 50,000 entries (quadratic reading took 45 s for 64,000),
+// (-timeout): 50,000 entries (52 s of CPU for the quadratic reader),
 // 250 kB numbers and strings. Too large for the repository; `make fuzz`
 // generates them in build-fuzz.
 #include <cstdio>
