@@ -406,9 +406,6 @@ int CheckMain(int argc, char** argv) {
   return report.ok() ? kExitOk : kExitCheckFailed;
 }
 
-}  // namespace cgdr::cli
-
-namespace cgdr::cli {
 namespace {
 
 struct Command {
