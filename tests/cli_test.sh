@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end tests of the `cgdr` binary (SPEC 3 and 7): usage, run + FP64
 # check, layouts and dtypes, bad inputs (exit 2, one stderr line, no output
-# file), plan, the planner's profile, demo. Bash and coreutils only.
+# file), hostile files and output paths (issue 19), plan, the planner's
+# profile, demo. Bash and coreutils only (mknod and mkfifo included).
 #
 #   cli_test.sh PATH/TO/cgdr [usage|run_and_check|layouts_and_dtypes|bad_inputs|hostile|plan|profile|demo|all]
 set -euo pipefail
