@@ -52,7 +52,9 @@ test-tsan: setup
 # executions, if set) over a scratch copy of its seed corpus; any crash fails
 # the target and leaves the input in build-fuzz/<target>-crash-*. An input
 # that runs longer than FUZZ_TIMEOUT seconds fails it too (-timeout: the
-# budget that catches super-linear time). Before fuzzing, the safetensors
+# budget that catches super-linear time; 30 s, as a busy shared VM was seen to
+# stall a 7 ms input for 25 s, and the inputs that matter take 3 s against
+# the minutes of quadratic code). Before fuzzing, the safetensors
 # target runs large hostile seeds generated into build-fuzz/seeds-large, at a
 # size where quadratic reading takes minutes, each under the same budget
 # (-max_len=4 MiB keeps them whole; they stay out of the fuzzing loop, which
@@ -60,7 +62,7 @@ test-tsan: setup
 # instead of spinning between the fuzzer's many tiny runs.
 FUZZ_SECONDS ?= 60
 FUZZ_RUNS ?=
-FUZZ_TIMEOUT ?= 10
+FUZZ_TIMEOUT ?= 30
 FUZZ_TARGETS ?= safetensors api differential
 FUZZ_LENGTH = $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS),-max_total_time=$(FUZZ_SECONDS))
 fuzz: setup
