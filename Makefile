@@ -4,7 +4,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 PYTHON ?= /usr/bin/python3
 
-.PHONY: setup configure build demo test test-sanitize test-tsan bench fuzz install clean
+.PHONY: setup configure build demo test test-clients test-sanitize test-tsan bench fuzz install clean
 
 setup:
 	@bash scripts/setup.sh
@@ -20,6 +20,13 @@ demo: build
 
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# The Python package as its clients use it (issue 21): a venv outside the tree
+# (~/.cache/cgdr/venv-clients, reused) with torch 2.x, transformers and fla
+# from PyPI, cgdr pip-installed from this tree, and the tests that compare it
+# with transformers' Qwen3-Next and fla's references (scripts/test-clients.sh).
+test-clients: setup
+	@bash scripts/test-clients.sh
 
 # Sanitizer builds: -O1 with line tables and assertions on (-O2/-O3 took 2.5x
 # longer to compile the kernels under ASan), and only the AVX-512 and scalar

@@ -136,7 +136,10 @@ Options MutateOptions(ByteReader& r, Options opt) {
   }
   if (which & 128) opt.state_layout = r.Pick<StateLayout>({StateLayout::kVK, StateLayout::kKV, static_cast<StateLayout>(2)});
   if (r.U8() & 1) opt.precision = r.Pick<Precision>({Precision::kFp32, Precision::kBf16, Precision::kBf16x3,
-                                                    Precision::kBf16x4, static_cast<Precision>(4), static_cast<Precision>(255)});
+                                                    Precision::kBf16x4, Precision::kAuto, static_cast<Precision>(5),
+                                                    static_cast<Precision>(255)});
+  if (r.U8() & 1) opt.engine = r.Pick<Engine>({Engine::kAuto, Engine::kVector, Engine::kAmx, Engine::kAmxEmulated,
+                                              static_cast<Engine>(4), static_cast<Engine>(255)});
   return opt;
 }
 

@@ -38,7 +38,7 @@ std::string Describe(const CaseSpec& s, const Options& o) {
      << " state=" << (s.has_initial_state ? DTypeName(s.state_dtype) : "none") << " final=" << s.want_final_state
      << " layout=" << StateLayoutName(s.layout) << " l2norm=" << s.use_qk_l2norm << " scale=" << s.scale
      << " seed=" << s.seed << " algo=" << AlgoName(o.algo) << " threads=" << o.threads << " v_step=" << o.v_step
-     << " dk_bucket=" << o.dk_bucket << " precision=" << PrecisionName(o.precision);
+     << " dk_bucket=" << o.dk_bucket << " precision=" << PrecisionName(o.precision) << " engine=" << EngineName(o.engine);
   return os.str();
 }
 
@@ -80,7 +80,10 @@ Options ReadOptions(ByteReader& r, const CaseSpec& s) {
   o.dk_bucket = bucket > 0 && bucket < s.Dk ? 0 : bucket;
   o.check_values = r.Bool();
   o.precision = r.Pick<Precision>({Precision::kFp32, Precision::kFp32, Precision::kFp32, Precision::kBf16x3,
-                                   Precision::kBf16x4, Precision::kBf16});
+                                   Precision::kBf16x4, Precision::kBf16, Precision::kAuto});
+  // The AMX engine's numerics on any machine (the emulation), and the
+  // hardware where the CPU has it (auto, amx).
+  o.engine = r.Pick<Engine>({Engine::kAuto, Engine::kVector, Engine::kAmx, Engine::kAmxEmulated, Engine::kAmxEmulated});
   return o;
 }
 
@@ -242,7 +245,8 @@ double ResolutionRatio(Precision precision) {
   switch (precision) {
     case Precision::kFp32: return 1.0;
     case Precision::kBf16x3:
-    case Precision::kBf16x4: return 256.0;
+    case Precision::kBf16x4:
+    case Precision::kAuto: return 256.0;  // auto is fp32 or bf16x3
     case Precision::kBf16: return 65536.0;
   }
   return 1.0;

@@ -2,7 +2,7 @@
 # Installs what cgdr needs on Debian 12 (run as root). Idempotent: installs only what is missing.
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config libhwy-dev libgtest-dev libgmock-dev libbenchmark-dev
-      nlohmann-json3-dev pybind11-dev python3 python3-dev python3-numpy python3-pytest python3-torch
+      nlohmann-json3-dev pybind11-dev python3 python3-dev python3-venv python3-numpy python3-pytest python3-torch
       clang libclang-rt-14-dev libomp-dev)
 missing=()
 for p in "${PKGS[@]}"; do

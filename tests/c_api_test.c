@@ -203,17 +203,38 @@ static void TestErrors(void) {
   CHECK(cgdr_options_set_scale(opt, 0.25) == CGDR_OK, "scale");
   CHECK(cgdr_options_set_check_values(opt, 1) == CGDR_OK, "check_values");
   CHECK(cgdr_options_set_precision(opt, CGDR_PRECISION_BF16X3) == CGDR_OK, "precision bf16x3");
+  CHECK(cgdr_options_set_v_step(opt, 300) == CGDR_INVALID_ARGUMENT, "v_step 300 accepted");
+  CHECK(cgdr_options_set_dk_bucket(opt, 72) == CGDR_INVALID_ARGUMENT, "dk_bucket 72 accepted");
+  CHECK(cgdr_options_set_v_step(opt, 32) == CGDR_OK && cgdr_options_set_dk_bucket(opt, -1) == CGDR_OK, "%s",
+        cgdr_last_error());
   CHECK(cgdr_options_set_precision(opt, (cgdr_precision)9) == CGDR_INVALID_ARGUMENT &&
             strstr(cgdr_last_error(), "got 9") != NULL,
         "precision 9: %s", cgdr_last_error());
+  CHECK(cgdr_options_set_precision(opt, CGDR_PRECISION_AUTO) == CGDR_OK, "precision auto");
+  CHECK(cgdr_options_set_engine(opt, CGDR_ENGINE_AMX_EMULATED) == CGDR_OK, "engine amx_emulated");
+  CHECK(cgdr_options_set_engine(opt, (cgdr_engine)4) == CGDR_INVALID_ARGUMENT &&
+            strstr(cgdr_last_error(), "cgdr_options_set_engine") != NULL && strstr(cgdr_last_error(), "got 4") != NULL,
+        "engine 4: %s", cgdr_last_error());
+  CHECK(cgdr_options_set_engine(NULL, CGDR_ENGINE_AUTO) == CGDR_INVALID_ARGUMENT, "engine on a NULL handle");
   cgdr_options_destroy(opt);
   cgdr_options_destroy(NULL);
   CHECK(strcmp(cgdr_status_name(CGDR_RESOURCE_EXHAUSTED), "resource_exhausted") == 0, "status name");
 }
 
+/* The library's version is the headers' (version.h, the one place it is written). */
+static void TestVersion(void) {
+  char expect[32];
+  snprintf(expect, sizeof expect, "%d.%d.%d", CGDR_VERSION_MAJOR, CGDR_VERSION_MINOR, CGDR_VERSION_PATCH);
+  CHECK(strcmp(CGDR_VERSION_STRING, expect) == 0, "CGDR_VERSION_STRING %s, expected %s", CGDR_VERSION_STRING, expect);
+  CHECK(strcmp(cgdr_version(), expect) == 0, "cgdr_version() %s, expected %s", cgdr_version(), expect);
+  CHECK(cgdr_api_version() == CGDR_API_VERSION, "cgdr_api_version() %d, expected %d", cgdr_api_version(),
+        CGDR_API_VERSION);
+}
+
 int main(void) {
   FillInputs();
   printf("cgdr %s, SIMD target %s\n", cgdr_version(), cgdr_simd_target());
+  TestVersion();
   TestPrefillThenDecode();
   TestPrecisionMode();
   TestErrors();

@@ -68,7 +68,7 @@ section_usage() {
       expect_stdout_has "cgdr $h" "$word"
     done
   done
-  for sub in run plan bench tune demo make-case check; do
+  for sub in run plan bench tune demo make-case check golden compare; do
     expect_ok "cgdr $sub --help" "$CGDR" "$sub" --help
     expect_stdout_has "cgdr $sub --help" "usage: cgdr $sub"
     ! grep -qF '%%' "$W/stdout" || fail "cgdr $sub --help prints a literal %%"
@@ -301,24 +301,33 @@ section_plan() {
 section_profile() {
   local flagship="plan --t 8192 --nk 16 --nv 32 --dk 128 --dv 128 --threads 2"
   export CGDR_PROFILE="$W/absent.json"
-  expect_ok "plan fp32" "$CGDR" $flagship
-  for word in "chunk=16" "profile: built-in defaults" "stream_out=1" "written past the caches"; do
+  expect_ok "plan fp32" "$CGDR" $flagship --precision fp32
+  for word in "chunk=16" "profile: built-in defaults" "stream_out=1" "written past the caches" "engine vector"; do
     expect_stdout_has "plan fp32" "$word"
   done
-  expect_ok "plan bf16x3" "$CGDR" $flagship --precision bf16x3
-  for word in "chunk=1 " "cost 6.1x fp32's" "C=1 keeps FP32 products"; do expect_stdout_has "plan bf16x3" "$word"; done
-  expect_ok "plan bf16x3 forced" "$CGDR" $flagship --precision bf16x3 --algo chunk16
-  for word in "chunk=16" "C=16 forced" "bf16 pair products"; do expect_stdout_has "plan bf16x3 forced" "$word"; done
+  # The vector engine's precision modes (the AMX engine has its own costs).
+  expect_ok "plan bf16x3" "$CGDR" $flagship --precision bf16x3 --engine vector
+  for word in "chunk=1 " "C=1 keeps FP32 products"; do expect_stdout_has "plan bf16x3" "$word"; done
+  expect_ok "plan bf16x3 forced" "$CGDR" $flagship --precision bf16x3 --engine vector --algo chunk16
+  for word in "chunk=16" "C=16 forced" "precision=bf16x3" "engine vector (asked for)"; do
+    expect_stdout_has "plan bf16x3 forced" "$word"
+  done
+  # The AMX engine's emulation, on any CPU; precision auto by default.
+  expect_ok "plan amx-emu" "$CGDR" $flagship --engine amx-emu --algo chunk64
+  for word in "engine=amx-emu" "precision=bf16x3" "precision bf16x3 (auto:"; do expect_stdout_has "plan amx-emu" "$word"; done
+  expect_ok "plan f32 auto" "$CGDR" $flagship --dtype f32
+  for word in "precision=fp32" "f32 inputs need 2e-5"; do expect_stdout_has "plan f32 auto" "$word"; done
+  expect_error "plan bad engine" "--engine: expected auto, vector, amx or amx-emu, got 'tiles'" "$CGDR" $flagship --engine tiles
 
   local costs='"state_fma_cost": [2.2, 1, 1, 1], "inchunk_fma_cost": [0, 1, 1.5, 1]'
   echo "{$costs, \"precision_cost\": [1, 1, 1, 1]}" >"$W/even.json"
-  CGDR_PROFILE="$W/even.json" expect_ok "plan even profile" "$CGDR" $flagship --precision bf16x3
+  CGDR_PROFILE="$W/even.json" expect_ok "plan even profile" "$CGDR" $flagship --precision bf16x3 --engine vector
   for word in "chunk=16" "profile: $W/even.json"; do expect_stdout_has "plan even profile" "$word"; done
   echo "{$costs, \"stream_out_bytes\": 1000000000000}" >"$W/no_stream.json"
-  CGDR_PROFILE="$W/no_stream.json" expect_ok "plan no_stream profile" "$CGDR" $flagship
+  CGDR_PROFILE="$W/no_stream.json" expect_ok "plan no_stream profile" "$CGDR" $flagship --precision fp32
   for word in "stream_out=0" "profile: $W/no_stream.json"; do expect_stdout_has "plan no_stream profile" "$word"; done
   echo "{$costs, \"precision_cost\": [1, -2, 1, 1]}" >"$W/broken.json"
-  CGDR_PROFILE="$W/broken.json" expect_ok "plan broken profile" "$CGDR" $flagship --precision bf16x3
+  CGDR_PROFILE="$W/broken.json" expect_ok "plan broken profile" "$CGDR" $flagship --precision bf16x3 --engine vector
   for word in "chunk=1 " "profile: built-in defaults"; do expect_stdout_has "plan broken profile" "$word"; done
 
   expect_ok "tune" "$CGDR" tune --quick --out "$W/tuned.json"
@@ -329,6 +338,119 @@ section_profile() {
   unset CGDR_PROFILE
 }
 
+# expect_exit WHAT CODE CMD...: exit CODE (0 pass / 1 fail of a verdict); stdout kept in $W/stdout.
+expect_exit() {
+  local what=$1 want=$2 rc=0
+  shift 2
+  "$@" >"$W/stdout" 2>"$W/stderr" || rc=$?
+  [ "$rc" -eq "$want" ] || fail "$what: exit $rc, expected $want; $(cat "$W/stdout" "$W/stderr")"
+  [ ! -s "$W/stderr" ] || fail "$what: unexpected stderr: $(cat "$W/stderr")"
+}
+
+# cgdr golden + compare (docs/golden.md) in the three file kinds: the
+# benchmark passes against itself, every planted fault fails (exit 1) and the
+# breakdown names where; JSON for machines; fp16 through the emulation.
+section_golden() {
+  local shape="--lens 200,0,137 --nk 2 --nv 4 --dk 32 --dv 32 --check-heads 1"
+  local kind actual
+  for kind in safetensors npy bin; do
+    expect_ok "golden --generate $kind" "$CGDR" golden --generate $shape --format "$kind" --fault dropped-state --out "$W/g_$kind"
+    for word in "golden " "benchmark " "FP64 check, value head 0" "fault dropped-state"; do
+      expect_stdout_has "golden $kind" "$word"
+    done
+    case $kind in safetensors) actual="$W/g_$kind/actual.safetensors" ;; npy) actual="$W/g_$kind/actual" ;; bin) actual="$W/g_$kind/actual.json" ;; esac
+    expect_exit "compare $kind fault" 1 "$CGDR" compare --dir "$W/g_$kind" --actual "$actual"
+    for word in "out [337, 4, 32], thresholds of bf16: FAIL at L1" "seq 0 chunk 2 (tokens 128-191)" "verdict at L1: FAIL"; do
+      expect_stdout_has "compare $kind fault" "$word"
+    done
+    local bench
+    case $kind in safetensors) bench="$W/g_$kind/benchmark.safetensors" ;; npy) bench="$W/g_$kind/benchmark" ;; bin) bench="$W/g_$kind/benchmark.json" ;; esac
+    expect_exit "compare $kind benchmark" 0 "$CGDR" compare --dir "$W/g_$kind" --actual "$bench" --level L2
+    expect_stdout_has "compare $kind benchmark" "verdict at L2: PASS"
+    # A case in this kind read back gives the same golden bytes.
+    local case_path
+    case $kind in safetensors) case_path="$W/g_$kind/case.safetensors" ;; npy) case_path="$W/g_$kind/case" ;; bin) case_path="$W/g_$kind/case.json" ;; esac
+    expect_ok "golden --input $kind" "$CGDR" golden --input "$case_path" --out "$W/g2_$kind" --check-heads 0
+  done
+  cmp -s "$W/g_safetensors/golden.safetensors" "$W/g2_safetensors/golden.safetensors" || fail "golden from safetensors differs"
+  cmp -s "$W/g_bin/golden.out.bin" "$W/g2_bin/golden.out.bin" || fail "golden from a .bin manifest differs"
+  cmp -s "$W/g_npy/golden/out.npy" "$W/g2_npy/golden/out.npy" || fail "golden from a .npy directory differs"
+
+  local fault want
+  while read -r fault want; do
+    expect_ok "golden --fault $fault" "$CGDR" golden --input "$W/g_safetensors/case.safetensors" --out "$W/f_$fault" --fault "$fault" --check-heads 0
+    expect_exit "compare $fault" 1 "$CGDR" compare --dir "$W/f_$fault" --actual "$W/f_$fault/actual.safetensors" --level L0
+    expect_stdout_has "compare $fault" "$want"
+  done <<'EOF2'
+tail-mask final_state [3, 4, 32, 32], thresholds of bf16: FAIL at L0
+swapped-heads heads:      0:
+g-sign non-finite
+EOF2
+  # Machines: --json carries the verdict, the metrics and the breakdown; the exit status still says it.
+  expect_exit "compare --json" 1 "$CGDR" compare --dir "$W/f_swapped-heads" --actual "$W/f_swapped-heads/actual.safetensors" --json
+  for key in '"pass": false' '"mare"' '"mere"' '"rmse"' '"small_value_errors"' '"cosine_similarity"' '"max_abs_index"' '"worst_chunks"' '"L2"'; do
+    expect_stdout_has "compare --json" "$key"
+  done
+  # Without the case: sequences unknown, said so; --seq-lens restores them.
+  expect_exit "compare no case" 1 "$CGDR" compare --golden "$W/f_tail-mask/golden.safetensors" \
+    --benchmark "$W/f_tail-mask/benchmark.safetensors" --actual "$W/f_tail-mask/actual.safetensors"
+  expect_stdout_has "compare no case" "sequences:  unknown"
+  expect_exit "compare --seq-lens" 1 "$CGDR" compare --golden "$W/f_tail-mask/golden.safetensors" \
+    --benchmark "$W/f_tail-mask/benchmark.safetensors" --actual "$W/f_tail-mask/actual.safetensors" --seq-lens 200,0,137
+  expect_stdout_has "compare --seq-lens" "(tokens 200-336)"
+  # fp16: the emulation engine, f16 results; threads do not change its bytes.
+  expect_ok "golden f16" "$CGDR" golden --generate --t 150 --nk 1 --nv 2 --dk 32 --dv 32 --dtype f16 --out "$W/h1" --threads 1 --check-heads 0
+  expect_stdout_has "golden f16" "f16 operands, FP32 accumulation, C=64; emulation"
+  expect_ok "golden f16 2 threads" "$CGDR" golden --input "$W/h1/case.safetensors" --out "$W/h2" --threads 2 --check-heads 0
+  cmp -s "$W/h1/benchmark.safetensors" "$W/h2/benchmark.safetensors" || fail "f16 benchmark differs between 1 and 2 threads"
+  # An f32 case the NPU ran in bf16: --dtype rounds the inputs as the NPU saw them.
+  expect_ok "make f32 case" "$CGDR" make-case --out "$W/f32.case" --t 70 --nk 1 --nv 2 --dk 16 --dv 16
+  cp "$W/f32.case" "$W/f32.safetensors"
+  expect_ok "golden --dtype bf16" "$CGDR" golden --input "$W/f32.safetensors" --out "$W/d" --dtype bf16 --state-dtype f32
+  expect_stdout_has "golden --dtype bf16" "bf16 in, state f32"
+  expect_no_temporaries "golden"
+}
+
+# Bad input to golden/compare: exit 2, one line naming the file or flag.
+section_golden_bad_inputs() {
+  expect_ok "golden small" "$CGDR" golden --generate --t 100 --nk 1 --nv 2 --dk 16 --dv 16 --out "$W/s" --format bin --check-heads 0
+  expect_error "golden no input" "needs either --input CASE or --generate" "$CGDR" golden --out "$W/x"
+  expect_error "golden both" "needs either --input CASE or --generate" "$CGDR" golden --generate --input a --out "$W/x"
+  expect_error "golden shape flag with input" "--t: only with --generate" "$CGDR" golden --input "$W/s/case.json" --t 5 --out "$W/x"
+  expect_error "golden bad fault" "--fault: expected" "$CGDR" golden --generate --out "$W/x" --fault typo
+  expect_error "golden bad dist" "--dist: expected" "$CGDR" golden --generate --out "$W/x" --dist wide
+  expect_error "golden bad format" "--format: expected safetensors, npy or bin" "$CGDR" golden --generate --out "$W/x" --format csv
+  expect_error "golden missing case" "cannot open" "$CGDR" golden --input "$W/none.safetensors" --out "$W/x"
+  expect_error "golden single npy" "give the directory" "$CGDR" golden --input "$W/q.npy" --out "$W/x"
+  expect_error "golden fault that cannot apply" "fault tail-mask: needs a sequence longer than 64" \
+    "$CGDR" golden --generate --t 64 --nk 1 --nv 2 --dk 16 --dv 16 --out "$W/x" --fault tail-mask
+  expect_error "golden kernels f16" "the kernels have bf16 operands only" \
+    "$CGDR" golden --input "$W/s/case.json" --out "$W/x" --operands f16 --engine kernels
+  # A .bin tensor of the wrong size, a manifest naming a missing file.
+  head -c 10 "$W/s/case.query.bin" >"$W/s/short.bin" && cp "$W/s/case.json" "$W/s/bad.json"
+  sed -i 's/"case.query.bin"/"short.bin"/' "$W/s/bad.json"
+  expect_error "golden short .bin" "tensor 'query': $W/s/short.bin holds 10 bytes, expected" "$CGDR" golden --input "$W/s/bad.json" --out "$W/x"
+  sed -i 's/"short.bin"/"gone.bin"/' "$W/s/bad.json"
+  expect_error "golden missing .bin" "gone.bin: cannot open" "$CGDR" golden --input "$W/s/bad.json" --out "$W/x"
+  # A .npy that is not one.
+  mkdir -p "$W/n" && echo "not numpy" >"$W/n/query.npy"
+  expect_error "golden bad npy" "$W/n/query.npy: not a .npy file" "$CGDR" golden --input "$W/n" --out "$W/x"
+  # compare: missing flags, results that do not match, bad level.
+  local g="$W/s/golden.json" b="$W/s/benchmark.json"
+  expect_error "compare no actual" "needs --actual" "$CGDR" compare --golden "$g" --benchmark "$b"
+  expect_error "compare bad level" "--level: expected L0, L1 or L2" "$CGDR" compare --golden "$g" --benchmark "$b" --actual "$b" --level L3
+  expect_error "compare bad eps" "--eps: expected a number >= 0" "$CGDR" compare --golden "$g" --benchmark "$b" --actual "$b" --eps -1
+  expect_error "compare case and seq-lens" "not both" "$CGDR" compare --dir "$W/s" --actual "$b" --case "$W/s/case.json" --seq-lens 100
+  expect_error "compare seq-lens sum" "seq_lens: expected the lengths to sum to T = 100" "$CGDR" compare --golden "$g" --benchmark "$b" --actual "$b" --seq-lens 50
+  expect_ok "golden other shape" "$CGDR" golden --generate --t 90 --nk 1 --nv 2 --dk 16 --dv 16 --out "$W/o" --check-heads 0
+  expect_error "compare other shape" "golden $g: 'out' has shape [100, 2, 16], actual $W/o/benchmark.safetensors has [90, 2, 16]" \
+    "$CGDR" compare --golden "$g" --benchmark "$b" --actual "$W/o/benchmark.safetensors"
+  expect_error "compare a case as a result" "unknown tensor 'beta' (expected out, final_state)" \
+    "$CGDR" compare --golden "$g" --benchmark "$b" --actual "$W/s/case.json"
+  expect_error "compare empty dir" "expected golden and benchmark results there" "$CGDR" compare --dir "$W/n" --actual "$b"
+  expect_no_temporaries "golden_bad_inputs"
+}
+
 # The demo at a short length: writes its files to --dir, times, checks, passes.
 section_demo() {
   expect_ok "demo" "$CGDR" demo --t 300 --dir "$W"
@@ -337,7 +459,7 @@ section_demo() {
   expect_ok "check demo result" "$CGDR" check --input "$W/demo_case.safetensors" --result "$W/demo_result.safetensors" --heads 0,31
 }
 
-SECTIONS="usage run_and_check layouts_and_dtypes bad_inputs hostile plan profile demo"
+SECTIONS="usage run_and_check layouts_and_dtypes bad_inputs hostile plan profile demo golden golden_bad_inputs"
 case " $SECTIONS all " in
   *" $SECTION "*) ;;
   *) fail "unknown section '$SECTION' (one of: $SECTIONS all)" ;;

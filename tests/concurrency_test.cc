@@ -53,6 +53,10 @@ std::vector<Job> Jobs() {
     j.opt = MakeCase(j.spec).options();
     j.opt.algo = algos[i % 5];
     j.opt.threads = 1 + i % 2;  // some calls open an OpenMP team inside the std::thread
+    if (i % 5 == 2) {  // chunk16: on the emulated AMX engine (the 16-bit dtypes' default runs the hardware where present)
+      j.opt.engine = Engine::kAmxEmulated;
+      j.opt.precision = Precision::kBf16x3;
+    }
     jobs.push_back(j);
   }
   Job dec = jobs[3];

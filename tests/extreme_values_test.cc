@@ -10,6 +10,10 @@
 #include <functional>
 #include <random>
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
 #include "cgdr/cgdr.hpp"
 #include "core/dtype.h"
 #include "test_util.h"
@@ -339,3 +343,49 @@ TEST(ExtremeValues, LongSequence) {
 
 }  // namespace
 }  // namespace cgdr::testing
+
+#if defined(__x86_64__)
+namespace cgdr::testing {
+namespace {
+
+// Qwen3-Next's gates (g = -A softplus(a + dt_bias), A up to 16) decay the
+// state into the denormal range within a chunk. The kernels flush denormals
+// (core/fpenv.h): accurate as SPEC 6 asks, the same bits whether or not the
+// caller runs with FTZ/DAZ itself, and the caller's mode restored.
+TEST(ExtremeValues, StrongGatesFlushDenormalsWhateverTheCallersMode) {
+  CaseSpec s = Base();
+  s.Nv = 4;
+  s.Dk = s.Dv = 32;
+  s.lens = {300};
+  std::mt19937 rng(3);
+  for (Engine engine : {Engine::kVector, Engine::kAmxEmulated}) {
+    for (Algo a : {Algo::kRecurrent, Algo::kChunk16, Algo::kChunk64}) {
+      if (engine == Engine::kAmxEmulated && a == Algo::kRecurrent) continue;
+      Case plain = MakeCase(s);
+      Fill(plain.g, DType::kF32, [&](int64_t i) {
+        const double A = 1.0 + 15.0 * static_cast<double>(i % s.Nv) / (s.Nv - 1);
+        return static_cast<float>(-A * std::log1p(std::exp(std::normal_distribution<double>(1.0, 1.0)(rng))));
+      });
+      Case flushed = plain;  // the same inputs, run by a caller in FTZ/DAZ mode
+      Options opt = plain.options();
+      opt.algo = a;
+      opt.engine = engine;
+      opt.precision = engine == Engine::kVector ? Precision::kFp32 : Precision::kBf16x3;
+      const std::string what = std::string(EngineName(engine)) + " " + AlgoName(a);
+      const uint32_t csr = _mm_getcsr();
+      const Errors e = RunAndCompare(plain, opt);
+      EXPECT_LE(e.out, 2.0 * e.out_limit) << what;
+      EXPECT_LE(e.state, 2.0 * e.state_limit) << what;
+      EXPECT_EQ(_mm_getcsr(), csr) << what << ": the caller's floating-point mode changed";
+      _mm_setcsr(csr | (1u << 15) | (1u << 6));
+      ASSERT_TRUE(cgdr::Run(flushed.inputs(), flushed.outputs(), opt).ok());
+      EXPECT_EQ(_mm_getcsr(), csr | (1u << 15) | (1u << 6)) << what;
+      _mm_setcsr(csr);
+      EXPECT_EQ(flushed.out, plain.out) << what;
+      EXPECT_EQ(flushed.final_state, plain.final_state) << what;
+    }
+  }
+}
+}  // namespace
+}  // namespace cgdr::testing
+#endif  // __x86_64__

@@ -140,6 +140,27 @@ TEST(GuardBand, PrefillTilesThreadsAndOptions) {
   }
 }
 
+// The AMX engine (emulated everywhere; the hardware where the CPU has it),
+// every shape and dtype, each chunk size.
+TEST(GuardBand, PrefillTileEngines) {
+  for (Engine engine : {Engine::kAmxEmulated, Engine::kAmx}) {
+    for (const Shape& sh : kShapes) {
+      for (const DTypes& dt : kDTypes) {
+        for (Algo a : {Algo::kChunk16, Algo::kChunk64, Algo::kChunk128}) {
+          Case c = MakeCase(SpecOf(sh, dt));
+          Options opt = c.options();
+          opt.algo = a;
+          opt.threads = 2;
+          opt.engine = engine;
+          opt.precision = Precision::kBf16x3;
+          CheckGuarded(c, opt, std::string(EngineName(engine)) + " " + sh.name + " " + DTypeName(dt.dtype) + " " +
+                                   AlgoName(a));
+        }
+      }
+    }
+  }
+}
+
 // final_state == initial_state (the in-place update SPEC allows): the state
 // buffer is guarded and must end as an out-of-place run's final state.
 TEST(GuardBand, InPlaceStateUpdate) {

@@ -226,6 +226,7 @@ TEST(Plan, PrecisionCostMovesThePickToTheRecurrence) {
   const auto chunk_for = [](Precision prec, Algo algo, const MachineProfile& prof) {
     Problem p = MakeProblem({8192}, 16, 32, 128, 128, 2, algo);
     p.options.precision = prec;
+    p.options.engine = Engine::kVector;  // the vector engine's cost model (the AMX engine has its own)
     Plan plan;
     EXPECT_TRUE(MakePlan(p, prof, &plan).ok());
     EXPECT_EQ(plan.precision, prec);

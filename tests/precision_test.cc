@@ -38,7 +38,8 @@ double Tolerance(Precision p, double limit = 2e-5) {
   switch (p) {
     case Precision::kFp32: return limit;
     case Precision::kBf16x3:
-    case Precision::kBf16x4: return 2.0 * limit;
+    case Precision::kBf16x4:
+    case Precision::kAuto: return 2.0 * limit;
     case Precision::kBf16: return std::max(1.5e-2, 2.0 * limit);
   }
   return 0.0;

@@ -28,35 +28,14 @@
 #include "core/synthetic.h"
 #include "io/case_file.h"
 #include "io/json_scan.h"
+#include "test_util.h"
 
 namespace cgdr {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "cgdr_st_XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data()) ? tmpl : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-  // Everything in the directory, to show that a failed write left nothing behind.
-  std::vector<std::string> Entries() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(path_)) names.push_back(e.path().filename().string());
-    return names;
-  }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 std::string Le64(uint64_t v) {
   std::string s(8, '\0');

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
+#include <stdlib.h>
+
+#include <filesystem>
 
 #include "kernels/kernels.h"
 
@@ -45,5 +48,23 @@ void ForEachTarget(const std::function<void(const std::string&)>& fn) {
 }
 
 std::vector<Algo> AllAlgos() { return {Algo::kRecurrent, Algo::kChunk16, Algo::kChunk32, Algo::kChunk64}; }
+
+TempDir::TempDir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "cgdr_test_XXXXXX").string();
+  path_ = ::mkdtemp(tmpl.data()) ? tmpl : "";
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+}
+
+std::string TempDir::operator/(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
+
+std::vector<std::string> TempDir::Entries() const {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(path_)) names.push_back(e.path().filename().string());
+  return names;
+}
 
 }  // namespace cgdr::testing

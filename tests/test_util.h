@@ -30,4 +30,18 @@ void ForEachTarget(const std::function<void(const std::string& target)>& fn);
 // All algos the tests force.
 std::vector<Algo> AllAlgos();
 
+// A fresh directory per test, removed afterwards.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  std::string operator/(const std::string& name) const;
+  const std::string& path() const { return path_; }
+  // Everything in the directory, to show that a failed write left nothing behind.
+  std::vector<std::string> Entries() const;
+
+ private:
+  std::string path_;
+};
+
 }  // namespace cgdr::testing

@@ -10,17 +10,36 @@
  *
  * Thread safety: calls may run concurrently on different threads; an options
  * handle may be shared read-only between concurrent calls. The error message
- * is per thread. */
+ * is per thread.
+ *
+ * Compatibility. Within one major version (one SONAME, libcgdr.so.MAJOR) this
+ * API only grows: functions, enum values and options are added, none is
+ * removed or changes meaning, and the structs below keep their layout.
+ * Options live behind the opaque handle and are set through functions, so a
+ * new option starts at the old behaviour and an old caller gets what it got.
+ * CGDR_API_VERSION counts the additions; a program built against API version
+ * N runs with any library of the same major version whose cgdr_api_version()
+ * is at least N.
+ *   1 (0.1.0): prefill, decode step, options scale .. precision.
+ *   2 (0.1.0): cgdr_options_set_v_step, cgdr_options_set_dk_bucket,
+ *              cgdr_api_version.
+ *   3 (0.1.0): CGDR_PRECISION_AUTO (the default from then on: the fastest
+ *              mode whose error meets SPEC 6, so the bits of a call may
+ *              change, its accuracy contract not), cgdr_engine and
+ *              cgdr_options_set_engine. */
 #ifndef CGDR_CGDR_H_
 #define CGDR_CGDR_H_
 
 #include <stdint.h>
 
+#include "cgdr/export.h"
+#include "cgdr/version.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define CGDR_API_VERSION 1
+#define CGDR_API_VERSION 3
 
 typedef enum cgdr_status {
   CGDR_OK = 0,
@@ -36,17 +55,31 @@ typedef enum cgdr_state_layout {
   CGDR_LAYOUT_KV = 1  /* [B, Nv, Dk, Dv] (flash-linear-attention's) */
 } cgdr_state_layout;
 
-/* Arithmetic of the chunked products (cgdr::Precision; the state stays FP32).
- * fp32 is exact to SPEC 6; the bf16 modes round or split the operands to
- * bf16 (see README, "Precision modes"). C = 1 keeps FP32 products, and the
- * plan (chunk 0: auto) picks it where the mode's chunked products are slower;
- * set a chunk size for the mode's products. */
+/* Arithmetic of the chunked products (cgdr::Precision; the state stays FP32;
+ * docs/SPEC.md 6c). auto (default): the fastest mode whose error meets SPEC
+ * 6 for the call's dtype (bf16x3 on AMX for f16/bf16 inputs, else fp32).
+ * fp32: FP32 FMA on the vector units. The bf16 modes round or split the
+ * operands to bf16. C = 1 keeps FP32 products, and the plan (chunk 0: auto)
+ * picks it where the mode's chunked products are slower; set a chunk size
+ * for the mode's products. */
 typedef enum cgdr_precision {
   CGDR_PRECISION_FP32 = 0,
   CGDR_PRECISION_BF16 = 1,
   CGDR_PRECISION_BF16X3 = 2,
-  CGDR_PRECISION_BF16X4 = 3
+  CGDR_PRECISION_BF16X4 = 3,
+  CGDR_PRECISION_AUTO = 4
 } cgdr_precision;
+
+/* Where the bf16 modes' products run (cgdr::Engine; docs/SPEC.md 6c). auto
+ * (default): AMX tiles where the CPU and OS allow them, else the vector
+ * units; vector; amx (falls back to the vector units where AMX is not
+ * usable); amx_emulated: TDPBF16PS emulated in portable code (tests). */
+typedef enum cgdr_engine {
+  CGDR_ENGINE_AUTO = 0,
+  CGDR_ENGINE_VECTOR = 1,
+  CGDR_ENGINE_AMX = 2,
+  CGDR_ENGINE_AMX_EMULATED = 3
+} cgdr_engine;
 
 #define CGDR_MAX_RANK 4
 
@@ -79,33 +112,43 @@ typedef struct cgdr_decode_args {
  * no q/k l2norm, layout vk, all CPUs the process may use, no value checks. */
 typedef struct cgdr_options cgdr_options;
 
-cgdr_status cgdr_options_create(cgdr_options** out);
-void cgdr_options_destroy(cgdr_options* opt); /* NULL is a no-op */
-cgdr_status cgdr_options_set_scale(cgdr_options* opt, double scale); /* 0: 1/sqrt(Dk) */
-cgdr_status cgdr_options_set_qk_l2norm(cgdr_options* opt, int enable);
-cgdr_status cgdr_options_set_state_layout(cgdr_options* opt, cgdr_state_layout layout);
-cgdr_status cgdr_options_set_threads(cgdr_options* opt, int threads); /* 0: all the process may use */
-cgdr_status cgdr_options_set_check_values(cgdr_options* opt, int enable);
+CGDR_EXPORT cgdr_status cgdr_options_create(cgdr_options** out);
+CGDR_EXPORT void cgdr_options_destroy(cgdr_options* opt); /* NULL is a no-op */
+CGDR_EXPORT cgdr_status cgdr_options_set_scale(cgdr_options* opt, double scale); /* 0: 1/sqrt(Dk) */
+CGDR_EXPORT cgdr_status cgdr_options_set_qk_l2norm(cgdr_options* opt, int enable);
+CGDR_EXPORT cgdr_status cgdr_options_set_state_layout(cgdr_options* opt, cgdr_state_layout layout);
+CGDR_EXPORT cgdr_status cgdr_options_set_threads(cgdr_options* opt, int threads); /* 0: all the process may use */
+CGDR_EXPORT cgdr_status cgdr_options_set_check_values(cgdr_options* opt, int enable);
 /* Chunk size: 0 = auto (the plan decides), 1 = token by token, 16/32/64/128. */
-cgdr_status cgdr_options_set_chunk(cgdr_options* opt, int chunk);
-cgdr_status cgdr_options_set_precision(cgdr_options* opt, cgdr_precision precision); /* default fp32 */
+CGDR_EXPORT cgdr_status cgdr_options_set_chunk(cgdr_options* opt, int chunk);
+CGDR_EXPORT cgdr_status cgdr_options_set_precision(cgdr_options* opt, cgdr_precision precision); /* default auto */
+CGDR_EXPORT cgdr_status cgdr_options_set_engine(cgdr_options* opt, cgdr_engine engine);         /* default auto */
+/* V tile width of the kernel: 0 = the plan decides (default), else 1..256. For
+ * tests and tuning; results are bitwise the same for any width. */
+CGDR_EXPORT cgdr_status cgdr_options_set_v_step(cgdr_options* opt, int v_step);
+/* Dk bucket of the kernel: 0 = the plan decides (default); 64, 80, 96 or 128
+ * (at least Dk, checked by the call) force that bucket; -1 the generic path. */
+CGDR_EXPORT cgdr_status cgdr_options_set_dk_bucket(cgdr_options* opt, int dk_bucket);
 
 /* Runs the prefill operator over the packed sequences of `args`. */
-cgdr_status cgdr_prefill(const cgdr_prefill_args* args, const cgdr_options* opt);
+CGDR_EXPORT cgdr_status cgdr_prefill(const cgdr_prefill_args* args, const cgdr_options* opt);
 
 /* One decode step: updates the referenced pool states in place, writes out. */
-cgdr_status cgdr_decode_step(const cgdr_decode_args* args, const cgdr_options* opt);
+CGDR_EXPORT cgdr_status cgdr_decode_step(const cgdr_decode_args* args, const cgdr_options* opt);
 
 /* The message of the last failed call on this thread ("" after a success).
  * Valid until the next cgdr call on this thread. */
-const char* cgdr_last_error(void);
+CGDR_EXPORT const char* cgdr_last_error(void);
 
 /* "ok", "invalid_argument", "resource_exhausted", "internal" or "unknown". */
-const char* cgdr_status_name(cgdr_status status);
+CGDR_EXPORT const char* cgdr_status_name(cgdr_status status);
 
-/* Library version ("0.1.0") and the active SIMD target ("AVX3", "AVX2", ...). */
-const char* cgdr_version(void);
-const char* cgdr_simd_target(void);
+/* The version of the library that runs ("0.1.0": CGDR_VERSION_STRING of the
+ * headers it was built with), its CGDR_API_VERSION, and the active SIMD
+ * target ("AVX3", "AVX2", ...). */
+CGDR_EXPORT const char* cgdr_version(void);
+CGDR_EXPORT int cgdr_api_version(void);
+CGDR_EXPORT const char* cgdr_simd_target(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

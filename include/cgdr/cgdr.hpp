@@ -1,5 +1,10 @@
 // cgdr: the chunk gated delta rule operator (SPEC sections 1-3, 5-7).
 // Public C++ surface: non-owning tensor views, options, status, plan and run.
+// Its functions are exported from libcgdr.so (CGDR_EXPORT). The C++ API is
+// source-compatible within a major version, but its structs (Options, ...)
+// may grow in any minor version: C++ callers of the shared library rebuild
+// when it changes minor version, or link libcgdr.a (README, "Use it from C /
+// C++"). The C API (cgdr.h) is the stable ABI.
 #pragma once
 
 #include <array>
@@ -8,18 +13,21 @@
 #include <string>
 #include <vector>
 
+#include "cgdr/export.h"
+#include "cgdr/version.h"
+
 namespace cgdr {
 
 enum class DType : uint8_t { kF16, kBF16, kF32, kI32 };
 
-const char* DTypeName(DType t);          // "f16", "bf16", "f32", "i32"
+CGDR_EXPORT const char* DTypeName(DType t);          // "f16", "bf16", "f32", "i32"
 // Bytes per element (inline: the kernels ask it per chunk and panel).
 constexpr size_t DTypeSize(DType t) { return (t == DType::kF16 || t == DType::kBF16) ? 2 : 4; }
-bool ParseDType(const std::string& s, DType* out);
+CGDR_EXPORT bool ParseDType(const std::string& s, DType* out);
 
 // Non-owning view of a dense row-major tensor. `data == nullptr` marks an
 // absent optional tensor (g, initial_state, final_state).
-struct TensorView {
+struct CGDR_EXPORT TensorView {
   static constexpr int kMaxRank = 4;
   void* data = nullptr;
   DType dtype = DType::kF32;
@@ -36,24 +44,39 @@ struct TensorView {
 };
 
 enum class StateLayout : uint8_t { kVK, kKV };  // [B,Nv,Dv,Dk] (seeds) or [B,Nv,Dk,Dv] (fla)
-const char* StateLayoutName(StateLayout l);
+CGDR_EXPORT const char* StateLayoutName(StateLayout l);
 
 // Formulation (SPEC 5): chunk size C. kAuto lets the plan pick.
 enum class Algo : uint8_t { kAuto = 0, kRecurrent = 1, kChunk16 = 16, kChunk32 = 32, kChunk64 = 64, kChunk128 = 128 };
-const char* AlgoName(Algo a);  // "auto", "recurrent", "chunk16", ...
-bool ParseAlgo(const std::string& s, Algo* out);
+CGDR_EXPORT const char* AlgoName(Algo a);  // "auto", "recurrent", "chunk16", ...
+CGDR_EXPORT bool ParseAlgo(const std::string& s, Algo* out);
 
-// Arithmetic of the products (issue: precision modes; SPEC 9, the seeds'
-// compensated FP16 hi/lo products). kFp32: FP32 FMA (default). kBf16: operands
-// rounded to bf16 (nearest even), FP32 accumulation. kBf16x3 / kBf16x4: every
-// operand split x = hi + lo (both bf16), hi*hi + hi*lo + lo*hi (+ lo*lo)
-// accumulated in FP32. The state stays FP32 between chunks in every mode.
-// The recurrence (C = 1) keeps FP32 products in every mode; with kAuto the
-// plan picks it where the mode's chunked products would be slower
-// (MachineProfile::precision_cost). Force a chunked Algo for the mode's products.
-enum class Precision : uint8_t { kFp32 = 0, kBf16 = 1, kBf16x3 = 2, kBf16x4 = 3 };
-const char* PrecisionName(Precision p);  // "fp32", "bf16", "bf16x3", "bf16x4"
-bool ParsePrecision(const std::string& s, Precision* out);
+// Arithmetic of the chunked products (docs/SPEC.md 6c; the seeds' compensated
+// FP16 hi/lo Cube products, SPEC 9). kFp32: FP32 FMA on the vector units.
+// kBf16: operands rounded to bf16 (nearest even), FP32 accumulation. kBf16x3 /
+// kBf16x4: every operand split x = hi + lo (both bf16), hi*hi + hi*lo + lo*hi
+// (+ lo*lo) accumulated in FP32. The state stays FP32 between chunks in every
+// mode. The recurrence (C = 1) keeps FP32 products in every mode.
+// kAuto (default): the fastest engine and mode whose error meets SPEC 6 for
+// the call's dtype: f16/bf16 inputs bf16x3 where the AMX engine runs (its
+// error is within 2x that of rounding the FP64 answer to the output dtype),
+// f32 inputs fp32 (2e-5 whatever the conditioning, which 16 significant bits
+// of hi + lo cannot promise); the plan then picks C by its cost model.
+enum class Precision : uint8_t { kFp32 = 0, kBf16 = 1, kBf16x3 = 2, kBf16x4 = 3, kAuto = 4 };
+CGDR_EXPORT const char* PrecisionName(Precision p);  // "fp32", "bf16", "bf16x3", "bf16x4", "auto"
+CGDR_EXPORT bool ParsePrecision(const std::string& s, Precision* out);
+
+// Where the chunked products of the bf16 modes run (docs/SPEC.md 6c).
+// kAuto (default): AMX tiles where the CPU and OS allow them, else the vector
+// units. kVector: the vector units (vdpbf16ps where the CPU has AVX512_BF16,
+// its exact emulation elsewhere). kAmx: AMX tiles where usable, else the
+// vector units (the plan says why). kAmxEmulated: the AMX engine with
+// TDPBF16PS emulated in portable code as Intel documents it: the tile
+// engine's numerics on any CPU (tests; slow). fp32 products always run on
+// the vector units (AMX multiplies 16-bit operands only).
+enum class Engine : uint8_t { kAuto = 0, kVector = 1, kAmx = 2, kAmxEmulated = 3 };
+CGDR_EXPORT const char* EngineName(Engine e);  // "auto", "vector", "amx", "amx-emu"
+CGDR_EXPORT bool ParseEngine(const std::string& s, Engine* out);
 
 struct Options {
   double scale = 0.0;            // 0 or NaN means 1/sqrt(Dk)
@@ -64,7 +87,8 @@ struct Options {
   bool check_values = false;     // NaN/Inf in inputs, g > 0 (SPEC 3)
   int v_step = 0;                // 0: planner decides; else force V tile width
   int dk_bucket = 0;             // 0: planner decides; 64/80/96/128 force that bucket (>= Dk); -1 the generic path
-  Precision precision = Precision::kFp32;  // products of the chunked formulations (C >= 16)
+  Precision precision = Precision::kAuto;  // products of the chunked formulations (C >= 16)
+  Engine engine = Engine::kAuto;           // where the bf16 modes' products run
 };
 
 // The inputs of SPEC 2. Shapes: query/key [T,Nk,Dk], value [T,Nv,Dv],
@@ -114,15 +138,15 @@ constexpr int64_t kMaxHeadDim = 256;  // Dk and Dv (SPEC 5: generic path up to 2
 
 // Checks every shape, dtype, pointer and (if asked) value of SPEC 3 and fills
 // `problem`. Writes nothing anywhere else.
-Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Problem* problem);
+CGDR_EXPORT Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Problem* problem);
 
 struct Plan;  // cgdr/plan.hpp
 
 // Runs the operator: Validate, MakePlan, execute. Nothing is written to any
 // output before validation has passed.
-Status Run(const Inputs& in, const Outputs& out, const Options& opt);
+CGDR_EXPORT Status Run(const Inputs& in, const Outputs& out, const Options& opt);
 
 // Name of the SIMD target dispatch will use ("AVX3", "AVX2", "SSE4", "SCALAR").
-std::string ActiveTarget();
+CGDR_EXPORT std::string ActiveTarget();
 
 }  // namespace cgdr

@@ -45,11 +45,11 @@ struct DecodeProblem {
 // any input or each other), options and the indices (each < P, no duplicate
 // among the non-negative ones) and fills `problem`. Writes nothing else.
 // Options::algo and Options::v_step are ignored by decode.
-Status ValidateDecode(const DecodeInputs& in, const DecodeOutputs& out, const Options& opt, DecodeProblem* problem);
+CGDR_EXPORT Status ValidateDecode(const DecodeInputs& in, const DecodeOutputs& out, const Options& opt, DecodeProblem* problem);
 
 // ValidateDecode, then one recurrent step for every row with a non-negative
 // index, threaded over (sequence, value head). Nothing is written unless
 // validation passes. Results are bitwise identical for any thread count.
-Status DecodeStep(const DecodeInputs& in, const DecodeOutputs& out, const Options& opt);
+CGDR_EXPORT Status DecodeStep(const DecodeInputs& in, const DecodeOutputs& out, const Options& opt);
 
 }  // namespace cgdr

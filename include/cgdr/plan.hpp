@@ -1,5 +1,5 @@
 // The plan (SPEC 5): everything the kernel relies on, derived from shapes
-// alone, printable, and checked by one function (ARCHITECTURE "Contracts").
+// alone, printable, and checked by one function (SPEC 5.7: CheckPlan).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +43,13 @@ struct MachineProfile {
   // bf16x4 7.5x fp32's time (bf16 inputs, whose q and k are not split: 2.4x,
   // 4.2x, 4.3x), while C = 1 runs at ~1/1.5 of C = 16's fp32 speed.
   double precision_cost[4] = {1.0, 2.6, 6.1, 7.5};
+  // The AMX engine (docs/SPEC.md 6c): cost per multiply-add of its chunked
+  // products, packing included, relative to the vector engine's FP32 FMA
+  // (index: Precision; [0] unused: fp32 never runs on tiles), and per chunk
+  // the vector passes over the state tile (its hi/lo split, the decay) per
+  // element. Measured by `cgdr tune` where the CPU has AMX.
+  double amx_fma_cost[4] = {0.0, 0.08, 0.2, 0.25};
+  double amx_state_pass_cost = 1.0;
   // Outputs of at least this many bytes are written with streaming stores
   // (Plan::stream_out): an output that large would hardly stay in the caches
   // for its reader anyway, and normal stores first read every line of it
@@ -54,16 +61,18 @@ struct MachineProfile {
 };
 
 // The cost model of one sequence of `len` tokens and one value head, in FMA
-// units: cost = (state * state_fma_cost[i] + inchunk * inchunk_fma_cost[i]) *
-// precision_cost[prec] + fixed, where precision_cost applies to C > 1 only.
-// The planner and `cgdr tune` (which fits the two constants) share it.
+// units. Vector engine: cost = (state * state_fma_cost[i] + inchunk *
+// inchunk_fma_cost[i]) * precision_cost[prec] + fixed, where precision_cost
+// applies to C > 1 only. AMX engine (tiles, C > 1): (state + inchunk) *
+// amx_fma_cost[prec] + fixed + chunks * amx_state_pass_cost * dk * dv.
+// The planner and `cgdr tune` (which fits the constants) share it.
 struct CostTerms {
   double state = 0.0, inchunk = 0.0, fixed = 0.0;
 };
-CostTerms ModelTerms(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv);
-double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv,
-                 Precision prec = Precision::kFp32);
-int ProfileIndex(int chunk);  // 0: recurrent, 1: C = 16, 2: C = 32, 3: C = 64 (and 128)
+CGDR_EXPORT CostTerms ModelTerms(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv, bool tiles = false);
+CGDR_EXPORT double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv,
+                 Precision prec = Precision::kFp32, bool tiles = false);
+CGDR_EXPORT int ProfileIndex(int chunk);  // 0: recurrent, 1: C = 16, 2: C = 32, 3: C = 64 (and 128)
 
 // One unit of work: value head `head` of sequence `seq`, V columns
 // [v_begin, v_begin + v_width). Items never share an output element.
@@ -86,7 +95,10 @@ struct Plan {
   int64_t v_step = 0;        // V tile width
   int64_t v_tiles = 0;       // ceil(Dv / v_step)
   int threads = 1;           // the most threads that claim groups (fewer run when groups are fewer)
-  Precision precision = Precision::kFp32;  // arithmetic of the chunked products (Options.precision)
+  Precision precision = Precision::kFp32;  // arithmetic of the chunked products (Options.precision resolved; never kAuto)
+  // Where the chunked products run, resolved: kVector, kAmx (hardware tiles)
+  // or kAmxEmulated; never kAuto. kVector whenever chunk == 1 or precision is fp32.
+  Engine engine = Engine::kVector;
   std::vector<WorkItem> items;  // every (seq, head, V tile) with tokens > 0 or state to copy
   // Groups: items of one sequence that one thread advances chunk by chunk
   // together (they read the same input rows; the value heads of one key head
@@ -111,21 +123,24 @@ struct Plan {
 
 // Whether sequence b gets work items: tokens to process, or a final state to
 // write (an empty sequence's final state is its initial state, SPEC 1).
-bool SequenceHasWork(const Problem& problem, int64_t b);
+CGDR_EXPORT bool SequenceHasWork(const Problem& problem, int64_t b);
 
 // Builds the plan from the problem (shapes and options only; no data).
-Status MakePlan(const Problem& problem, const MachineProfile& profile, Plan* plan);
+CGDR_EXPORT Status MakePlan(const Problem& problem, const MachineProfile& profile, Plan* plan);
 // Asserts the plan's invariants: budget fits, every (seq, head, V column) of
 // a sequence with work is covered exactly once, every item is in exactly one
 // group of one sequence and at most group_items, scratch large enough for the
 // kernel's layout.
-Status CheckPlan(const Plan& plan);
+CGDR_EXPORT Status CheckPlan(const Plan& plan);
+// Where the plan's chunked products run: "amx", "amx-emu", or the vector
+// engine's SIMD target in lower case ("avx3", "avx2", "sse4", "scalar").
+CGDR_EXPORT std::string PlanEngineName(const Plan& plan);
 // One line, like the seeds' CGDR_DEBUG_LOG, plus the reasons.
-std::string PlanToString(const Plan& plan);
+CGDR_EXPORT std::string PlanToString(const Plan& plan);
 
 // The built-in profile, overridden by the file named in $CGDR_PROFILE or
 // ~/.cache/cgdr/profile.json if present (written by `cgdr tune`). Read once,
 // thread-safe.
-const MachineProfile& DefaultProfile();
+CGDR_EXPORT const MachineProfile& DefaultProfile();
 
 }  // namespace cgdr

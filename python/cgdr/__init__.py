@@ -10,6 +10,9 @@ tensors; results come back as the same kind of object):
   pool addressed by an index per sequence.
 - cgdr.torch: drop-ins for transformers' torch_chunk_gated_delta_rule and
   torch_recurrent_gated_delta_rule.
+- golden, compare: golden data and the verdict by Ascend's precision standard
+  for NPU ports of the operator (docs/golden.md), as `cgdr golden` and
+  `cgdr compare` give them.
 
 The math is FP32 inside whatever the storage dtype. The GIL is released while
 computing. Bad input raises TypeError (wrong kind of object or dtype) or
@@ -17,12 +20,15 @@ ValueError (shapes, values, options) before anything is written.
 """
 import math
 import operator
+import warnings
 
 from . import _cgdr
 from . import _tensors as _t
+from ._golden import compare, golden
 
 __version__ = "0.1.0"
-__all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_tnd", "recurrent_step", "active_target"]
+__all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_tnd", "recurrent_step", "active_target", "golden",
+           "compare"]
 
 _ALGOS = ("auto", "recurrent", "chunk16", "chunk32", "chunk64", "chunk128")
 
@@ -84,20 +90,25 @@ def _algo(algo):
     return _choice("algo", algo, _ALGOS)
 
 
-_PRECISIONS = ("fp32", "bf16", "bf16x3", "bf16x4")
+_PRECISIONS = ("auto", "fp32", "bf16", "bf16x3", "bf16x4")
+_ENGINES = ("auto", "vector", "amx", "amx-emu")
 
 
 def _precision(precision):
     return _choice("precision", precision, _PRECISIONS)
 
 
+def _engine(engine):
+    return _choice("engine", engine, _ENGINES)
+
+
 def _prefill(q, k, v, beta, g, initial_state, seq_lens, out, final_state, scale, l2norm, layout, threads,
-             algo, check_values, precision="fp32"):
+             algo, check_values, precision="auto", engine="auto"):
     """The one call into the native prefill; every tensor is already prepared."""
     _cgdr.prefill(_t.native("query", q), _t.native("key", k), _t.native("value", v), _t.native("beta", beta),
                   _t.native("g", g), _t.native("initial_state", initial_state), seq_lens, _t.native("out", out),
                   _t.native("final_state", final_state), scale, bool(l2norm), layout, threads, algo,
-                  bool(check_values), _precision(precision))
+                  bool(check_values), _precision(precision), _engine(engine))
 
 
 def _final_state_buffers(kind, initial_state, shape, want_final, dtype):
@@ -127,10 +138,79 @@ def _cu_seqlens_to_lens(cu_seqlens, T):
     return lens.astype("int32")
 
 
+# fla's keyword arguments (fla.ops.gated_delta_rule.chunk_gated_delta_rule, 0.6)
+# for features cgdr does not have: what to do instead.
+_FLA_UNSUPPORTED = {
+    "use_gate_in_kernel": "cgdr takes the log decay g itself; compute g = -exp(A_log) * softplus(g + dt_bias) first",
+    "use_beta_sigmoid_in_kernel": "cgdr takes beta after the sigmoid; pass beta.sigmoid()",
+    "allow_neg_eigval": "cgdr takes beta as given; pass 2 * beta.sigmoid() yourself",
+    "cp_context": "context parallelism is not supported (one process computes every sequence)",
+}
+_FLA_IGNORED = ("chunk_size", "A_log", "dt_bias")  # a kernel tuning choice, and gate inputs unused when it is off
+
+
+def _fla_layout(state_v_first, state_layout, extra):
+    """cgdr's state layout from fla's state_v_first (or its deprecated alias
+    transpose_state_layout in extra) and cgdr's own state_layout."""
+    if "transpose_state_layout" in extra:
+        if state_v_first:
+            raise ValueError("state_v_first: cannot pass both state_v_first and the deprecated transpose_state_layout")
+        state_v_first = extra.pop("transpose_state_layout")
+        warnings.warn("transpose_state_layout is deprecated (as in fla); use state_v_first", DeprecationWarning,
+                      stacklevel=3)
+    fla = "vk" if state_v_first else "kv"
+    if state_layout is None:
+        return fla
+    _layout(state_layout)
+    if state_v_first and state_layout != "vk":
+        raise ValueError(f"state_layout: state_v_first=True means 'vk', got state_layout={state_layout!r}")
+    return state_layout
+
+
+def _check_fla_options(extra, use_beta_sigmoid_in_kernel, allow_neg_eigval, cp_context):
+    """Accepts fla's arguments at their defaults (and the tuning ones it
+    ignores); rejects, naming the argument, those cgdr cannot honour."""
+    given = {"use_beta_sigmoid_in_kernel": use_beta_sigmoid_in_kernel, "allow_neg_eigval": allow_neg_eigval,
+             "cp_context": cp_context, "use_gate_in_kernel": extra.pop("use_gate_in_kernel", False)}
+    for name, value in given.items():
+        if value not in (None, False):
+            raise ValueError(f"{name}: not supported by cgdr ({_FLA_UNSUPPORTED[name]}), got {value!r}")
+    if "head_first" in extra:
+        raise ValueError("head_first: removed from fla and not supported; inputs must be [B, T, H, ...]")
+    chunk_size = extra.get("chunk_size", 64)
+    if chunk_size not in (16, 32, 64):
+        raise ValueError(f"chunk_size: expected 16, 32 or 64 as fla (cgdr's plan picks its own), got {chunk_size!r}")
+    unknown = sorted(set(extra) - set(_FLA_IGNORED))
+    if unknown:
+        raise TypeError(f"chunk_gated_delta_rule() got an unexpected keyword argument {unknown[0]!r}")
+
+
+def _same_offsets(cu_seqlens, cu_seqlens_cpu):
+    """fla passes a host copy of cu_seqlens beside it; on the CPU they must agree."""
+    if cu_seqlens_cpu is None:
+        return
+    if cu_seqlens is None:
+        raise ValueError("cu_seqlens_cpu: given without cu_seqlens (pass the offsets as cu_seqlens)")
+    a = _t.int32_vector("cu_seqlens", cu_seqlens)
+    b = _t.int32_vector("cu_seqlens_cpu", cu_seqlens_cpu)
+    if a.shape != b.shape or (a != b).any():
+        raise ValueError(f"cu_seqlens_cpu: expected the same offsets as cu_seqlens {a.tolist()}, got {b.tolist()}")
+
+
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-                           cu_seqlens=None, use_qk_l2norm_in_kernel=False, state_layout="kv", threads=None,
-                           algo="auto", check_values=False, precision="fp32"):
+                           use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
+                           state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, chunk_indices=None,
+                           cp_context=None, *, state_layout=None, threads=None, algo="auto", check_values=False,
+                           precision="auto", engine="auto", **fla_kwargs):
     """flash-linear-attention's chunk_gated_delta_rule on the CPU.
+
+    The arguments up to cp_context are fla's (0.6), in fla's order, with its
+    defaults; of fla's keyword-only ones chunk_size (16, 32, 64) is accepted
+    and left to cgdr's plan, A_log/dt_bias are ignored unless
+    use_gate_in_kernel, transpose_state_layout is state_v_first's old name.
+    chunk_indices (a hint derived from cu_seqlens) is ignored. Features cgdr
+    lacks (use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+    cp_context, head_first) raise ValueError naming the argument.
 
     q, k: [B, T, H, K]; v: [B, T, HV, V] (HV a multiple of H, grouped heads);
     beta: [B, T, HV]; g: [B, T, HV] log decays (<= 0), or None for no decay.
@@ -139,23 +219,30 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     cu_seqlens (N+1 offsets [0, ..., T]) B must be 1 and the N sequences are
     packed along T.
     scale: None (default) for 1/sqrt(K), else a finite non-zero number.
-    initial_state: None (zeros) or [N, HV, K, V] (state_layout "kv", the
-    default, fla's) or [N, HV, V, K] ("vk"), N = B or len(cu_seqlens) - 1,
-    any of the three float dtypes.
+    initial_state: None (zeros) or [N, HV, K, V] (fla's default; state_layout
+    "kv") or [N, HV, V, K] (state_v_first=True, or state_layout "vk"), N = B or
+    len(cu_seqlens) - 1, any of the three float dtypes.
     use_qk_l2norm_in_kernel: divide q and k rows by sqrt(sum x^2 + 1e-6).
     threads: None (default: every CPU this process may use) or 1..4096.
 
     Returns (o, final_state): o [B, T, HV, V] in q's dtype; final_state (None
     unless output_final_state) in initial_state's dtype, float32 when there is
-    no initial state (as fla), in the layout of state_layout.
+    no initial state (as fla), in initial_state's layout.
 
     algo: "auto" (default: the planner picks) or a forced formulation
     ("recurrent", "chunk16", "chunk32", "chunk64", "chunk128").
-    precision: "fp32" (default), "bf16" (products on bf16-rounded operands,
-    FP32 accumulation), "bf16x3"/"bf16x4" (compensated hi/lo bf16 products).
-    They apply to the chunked formulations; with algo="auto" the plan picks
-    the recurrence (FP32 products) where the mode's products are slower, so
-    pass algo="chunk16" (or 32, 64) for the mode's own numerics.
+    precision: "auto" (default: the fastest mode whose error meets the
+    contract for the dtype, docs/SPEC.md 6c: "bf16x3" on AMX tiles for
+    f16/bf16 inputs where the CPU has AMX, else "fp32"), "fp32", "bf16"
+    (products on bf16-rounded operands, FP32 accumulation), "bf16x3"/"bf16x4"
+    (compensated hi/lo bf16 products). They apply to the chunked
+    formulations; with algo="auto" the plan may pick the recurrence (FP32
+    products) where the mode's products are slower, so pass algo="chunk16"
+    (or 32, 64) for the mode's own numerics.
+    engine: where the bf16 modes' products run: "auto" (default: AMX tiles
+    where the CPU has them, else the vector units), "vector", "amx" (the
+    vector units where AMX is not usable), "amx-emu" (the tile numerics
+    emulated; slow, for tests).
     check_values: False (default); True first scans every input (initial_state
     included) and raises ValueError on a NaN or Inf, or on g > 0, before
     anything is written (one extra pass over the inputs).
@@ -163,6 +250,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     Bad arguments raise TypeError (kind of object, dtype) or ValueError
     (shapes, values, options) before anything is written.
     """
+    layout = _fla_layout(state_v_first, state_layout, fla_kwargs)
+    _check_fla_options(fla_kwargs, use_beta_sigmoid_in_kernel, allow_neg_eigval, cp_context)
+    _same_offsets(cu_seqlens, cu_seqlens_cpu)
     kind = _t.common_kind(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state)
     _t.check_rank("q", q, 4, "[B, T, H, K]")
     _t.check_rank("k", k, 4, "[B, T, H, K]")
@@ -191,7 +281,6 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     else:
         seq_lens = _t.int32_vector("seq_lens", [T] * B)
     N = int(seq_lens.shape[0])
-    layout = _layout(state_layout)
     qd = _t.float_dtype_name("q", q)
     init = None
     if initial_state is not None:
@@ -213,13 +302,14 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
 
     _prefill(packed(qc), packed(kc), packed(vc), packed(bc), packed(gc), init_arg, seq_lens, packed(o), final,
              _scale(scale), use_qk_l2norm_in_kernel, layout, _threads(threads), _algo(algo), check_values,
-             _precision(precision))
+             _precision(precision), _engine(engine))
     return o, final
 
 
 def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens, g=None, scale=None,
                                use_qk_l2norm_in_kernel=False, state_layout="vk", threads=None,
-                               output_final_state=True, algo="auto", check_values=False, precision="fp32"):
+                               output_final_state=True, algo="auto", check_values=False, precision="auto",
+                               engine="auto"):
     """The operator in its packed form (the seeds' signature, SPEC 2).
 
     query, key: [T, Nk, Dk]; value: [T, Nv, Dv]; beta: [T, Nv] (these four in
@@ -232,8 +322,8 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
     Returns (out, final_state): out [T, Nv, Dv] in query's dtype; final_state in
     initial_state's dtype (query's when None), or None if not output_final_state
     (default True).
-    scale, use_qk_l2norm_in_kernel, threads, algo, precision, check_values: as
-    in chunk_gated_delta_rule.
+    scale, use_qk_l2norm_in_kernel, threads, algo, precision, engine,
+    check_values: as in chunk_gated_delta_rule.
     """
     kind = _t.common_kind(query=query, key=key, value=value, beta=beta, g=g, initial_state=initial_state)
     _t.check_rank("query", query, 3, "[T, Nk, Dk]")
@@ -252,7 +342,7 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
     gc = _t.contiguous_input("g", g) if g is not None else None
     out = _t.empty(kind, (T, Nv, Dv), qd)
     _prefill(*ins, gc, init, lens, out, final, _scale(scale), use_qk_l2norm_in_kernel, layout,
-             _threads(threads), _algo(algo), check_values, _precision(precision))
+             _threads(threads), _algo(algo), check_values, _precision(precision), _engine(engine))
     return out, final
 
 

@@ -1,31 +1,132 @@
-"""Drop-ins for the pure-torch gated delta rule of transformers' Qwen3-Next
-(transformers/models/qwen3_next/modeling_qwen3_next.py), same signatures,
-layouts and return dtypes:
+"""cgdr for torch: custom ops, transformers drop-ins, and the transformers patch.
+
+Custom ops (torch >= 2.4, registered through torch.library with fake
+implementations, so torch.compile(fullgraph=True) traces them):
+
+    torch.ops.cgdr.chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state, cu_seqlens,
+        use_qk_l2norm_in_kernel, state_v_first) -> (o, final_state)
+    torch.ops.cgdr.recurrent_step(query, key, value, beta, state_pool, state_indices, g, scale,
+        use_qk_l2norm_in_kernel, state_v_first) -> out          (state_pool updated in place)
+
+chunk_gated_delta_rule() and recurrent_step() below call them with keyword
+defaults (on older torch they call the same code directly, eagerly).
+
+Drop-ins for the pure-torch gated delta rule of transformers' Qwen3-Next,
+Qwen3.5 and kin (transformers/models/qwen3_next/modeling_qwen3_next.py), same
+signatures, layouts and return dtypes:
 
     torch_chunk_gated_delta_rule(query, key, value, g, beta, chunk_size=64,
-        initial_state=None, output_final_state=False, use_qk_l2norm_in_kernel=False)
-    torch_recurrent_gated_delta_rule(query, key, value, g, beta, initial_state,
-        output_final_state, use_qk_l2norm_in_kernel=False)
+        initial_state=None, output_final_state=False, use_qk_l2norm_in_kernel=False, **kwargs)
+    torch_recurrent_gated_delta_rule(query, key, value, g, beta, initial_state=None,
+        output_final_state=False, use_qk_l2norm_in_kernel=False, **kwargs)
 
 query/key [B, T, H, K], value [B, T, H, V] (grouped heads with H_v a
 multiple of H_k work too), g/beta [B, T, H]; the output is [B, T, H, V] in
 query's dtype, the final state float32 [B, H, K, V] (or None). The scale is
 1/sqrt(K) and the optional q/k l2norm uses eps 1e-6, as there. Tensors must be
 on the CPU; no autograd graph is recorded. The caller's tensors are never
-modified.
+modified. kwargs: cu_seqlens (N+1 offsets of sequences packed along T, B = 1,
+which transformers' torch fallback refuses) is honoured, anything else is
+ignored as transformers' own dispatcher does.
 
 chunk_size is accepted for compatibility only: cgdr's planner chooses the
 formulation, and results agree with any chunk size to FP32 rounding.
+
+patch_transformers() points transformers' layers at these drop-ins.
 """
+import importlib
+import sys
+from typing import Optional, Tuple
+
 import torch
 
-from . import _cgdr
+import cgdr as _cgdr_api
+
 from . import _tensors as _t
 
 _NATIVE = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
 
-__all__ = ["torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule"]
+__all__ = ["chunk_gated_delta_rule", "recurrent_step", "torch_chunk_gated_delta_rule",
+           "torch_recurrent_gated_delta_rule", "patch_transformers", "HAS_CUSTOM_OPS"]
 
+
+# ----------------------------------------------------------------- the ops
+
+def _chunk_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: Optional[torch.Tensor], beta: torch.Tensor,
+                 scale: Optional[float] = None, initial_state: Optional[torch.Tensor] = None,
+                 cu_seqlens: Optional[torch.Tensor] = None, use_qk_l2norm_in_kernel: bool = False,
+                 state_v_first: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """fla's layout ([B, T, H, K] ...); always returns the final state (new
+    tensors only: a custom op's outputs may not alias its inputs)."""
+    return _cgdr_api.chunk_gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                                            output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                                            state_v_first=state_v_first, cu_seqlens=cu_seqlens)
+
+
+def _chunk_fake(q, k, v, g, beta, scale=None, initial_state=None, cu_seqlens=None, use_qk_l2norm_in_kernel=False,
+                state_v_first=False):
+    B, T, _, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    state_dtype = torch.float32 if initial_state is None else initial_state.dtype
+    state_shape = (N, HV, V, K) if state_v_first else (N, HV, K, V)
+    return q.new_empty((B, T, HV, V)), q.new_empty(state_shape, dtype=state_dtype)
+
+
+def _step_eager(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, beta: torch.Tensor,
+                state_pool: torch.Tensor, state_indices: torch.Tensor, g: Optional[torch.Tensor] = None,
+                scale: Optional[float] = None, use_qk_l2norm_in_kernel: bool = False,
+                state_v_first: bool = False) -> torch.Tensor:
+    """cgdr.recurrent_step: one token per sequence, state_pool updated in place."""
+    return _cgdr_api.recurrent_step(query, key, value, beta, state_pool, state_indices, g=g, scale=scale,
+                                    use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                                    state_layout="vk" if state_v_first else "kv")
+
+
+def _step_fake(query, key, value, beta, state_pool, state_indices, g=None, scale=None, use_qk_l2norm_in_kernel=False,
+               state_v_first=False):
+    return query.new_empty(tuple(value.shape))
+
+
+def _register_ops():
+    """(chunk, step) callables: torch.ops.cgdr.* where torch.library has
+    custom_op (torch >= 2.4), else the eager functions themselves."""
+    library = getattr(torch, "library", None)
+    if not hasattr(library, "custom_op"):
+        return _chunk_eager, _step_eager, False
+    if not hasattr(torch.ops.cgdr, "chunk_gated_delta_rule"):  # registered once per process
+        chunk = library.custom_op("cgdr::chunk_gated_delta_rule", mutates_args=())(_chunk_eager)
+        chunk.register_fake(_chunk_fake)
+        step = library.custom_op("cgdr::recurrent_step", mutates_args=("state_pool",))(_step_eager)
+        step.register_fake(_step_fake)
+    return torch.ops.cgdr.chunk_gated_delta_rule, torch.ops.cgdr.recurrent_step, True
+
+
+_chunk_op, _step_op, HAS_CUSTOM_OPS = _register_ops()
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                           use_qk_l2norm_in_kernel=False, state_v_first=False, cu_seqlens=None):
+    """fla's chunk_gated_delta_rule on CPU torch tensors through the custom op
+    (traceable by torch.compile). Same layouts and dtypes as
+    cgdr.chunk_gated_delta_rule: o [B, T, HV, V] in q's dtype; final_state
+    [N, HV, K, V] ([N, HV, V, K] with state_v_first) in initial_state's
+    dtype, float32 without one; None unless output_final_state."""
+    o, final = _chunk_op(q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel, state_v_first)
+    return o, (final if output_final_state else None)
+
+
+def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, scale=None,
+                   use_qk_l2norm_in_kernel=False, state_v_first=False):
+    """cgdr.recurrent_step through the custom op: query/key [N, Nk, Dk], value
+    [N, Nv, Dv], beta/g [N, Nv], state_pool [P, Nv, Dk, Dv] (or [P, Nv, Dv,
+    Dk] with state_v_first) updated in place, state_indices int32 [N]
+    (negative: skip the row). Returns out [N, Nv, Dv]."""
+    return _step_op(query, key, value, beta, state_pool, state_indices, g, scale, use_qk_l2norm_in_kernel,
+                    state_v_first)
+
+
+# ----------------------------------------------------------- transformers
 
 def _check(query, key, value, g, beta):
     for name, x in (("query", query), ("key", key), ("value", value), ("g", g), ("beta", beta)):
@@ -49,84 +150,136 @@ def _check(query, key, value, g, beta):
 def _token_tensors(query, key, value, g, beta):
     """q, k, v, beta in one dtype cgdr takes (theirs when they agree on one,
     else float32 as transformers computes), g in any float dtype cgdr takes;
-    all contiguous and detached (views when nothing needs changing)."""
+    detached (views when nothing needs changing)."""
     dts = {query.dtype, key.dtype, value.dtype, beta.dtype}
     dt = query.dtype if len(dts) == 1 and query.dtype in _NATIVE else torch.float32
-    q, k, v, b = (_t.contiguous_input(n, x.to(dt)) for n, x in
-                  (("query", query), ("key", key), ("value", value), ("beta", beta)))
-    gc = _t.contiguous_input("g", g if g.dtype in _NATIVE else g.to(torch.float32))
+    q, k, v, b = (x.detach().to(dt) for x in (query, key, value, beta))
+    gc = g.detach() if g.dtype in _NATIVE else g.detach().to(torch.float32)
     return q, k, v, gc, b
 
 
 def _state_buffer(initial_state, shape):
-    """A fresh float32 [B, H, K, V] state: a copy of initial_state or zeros."""
+    """A fresh float32 [N, H, K, V] state: a copy of initial_state or zeros."""
     if initial_state is None:
         return torch.zeros(shape, dtype=torch.float32)
+    return _initial_state(initial_state, shape).to(dtype=torch.float32, copy=True).contiguous()
+
+
+def _initial_state(initial_state, shape):
     if not isinstance(initial_state, torch.Tensor):
         raise TypeError(f"initial_state: expected a torch.Tensor or None, got {type(initial_state).__name__}")
     if tuple(initial_state.shape) != tuple(shape):
-        raise ValueError(f"initial_state: expected shape [B, H, K, V] = {list(shape)}, got {list(initial_state.shape)}")
-    return initial_state.detach().to(device="cpu", dtype=torch.float32, copy=True).contiguous()
+        raise ValueError(f"initial_state: expected shape [N, H, K, V] = {list(shape)}, got {list(initial_state.shape)}")
+    if initial_state.device.type != "cpu":
+        raise TypeError(f"initial_state: expected a CPU tensor, got device {initial_state.device}")
+    return initial_state.detach()
 
 
-def _flat(x, n):
-    """[B, T, ...] -> [n, ...] view of a contiguous tensor, keeping its own trailing dims."""
-    return x.view((n,) + tuple(x.shape[2:]))
+def _sequences(q, cu_seqlens):
+    """N, the number of sequences: B, or len(cu_seqlens) - 1 for packed ones (B = 1)."""
+    if cu_seqlens is None:
+        return q.shape[0]
+    if not isinstance(cu_seqlens, torch.Tensor):
+        cu_seqlens = torch.as_tensor(cu_seqlens)
+    return cu_seqlens.shape[0] - 1
 
 
-def _prefill(q, k, v, g, b, state, l2norm):
-    """Runs the B sequences of T tokens; `state` (float32, kv) is updated in place."""
-    B, T = q.shape[:2]
-    HV, V = v.shape[2], v.shape[3]
-    out = torch.empty((B, T, HV, V), dtype=q.dtype)
-    lens = _t.int32_vector("seq_lens", [T] * B)
-    st = _t.native("initial_state", state)
-    n = B * T
-    _cgdr.prefill(_t.native("query", _flat(q, n)), _t.native("key", _flat(k, n)), _t.native("value", _flat(v, n)),
-                  _t.native("beta", _flat(b, n)), _t.native("g", _flat(g, n)), st, lens,
-                  _t.native("out", _flat(out, n)), st, 0.0, bool(l2norm), "kv", 0, "auto", False)
-    return out
-
-
-def _decode(q, k, v, g, b, state, l2norm):
-    """One token for each of the B sequences; `state` is the pool (row b = sequence b)."""
-    B = q.shape[0]
-    HV, V = v.shape[2], v.shape[3]
-    out = torch.empty((B, 1, HV, V), dtype=q.dtype)
-    idx = _t.int32_vector("state_indices", list(range(B)))
-    _cgdr.decode_step(_t.native("query", _flat(q, B)), _t.native("key", _flat(k, B)), _t.native("value", _flat(v, B)),
-                      _t.native("beta", _flat(b, B)), _t.native("g", _flat(g, B)), _t.native("state_pool", state), idx,
-                      _t.native("out", _flat(out, B)), 0.0, bool(l2norm), "kv", 0, False)
-    return out
-
-
-def _run(query, key, value, g, beta, initial_state, output_final_state, l2norm, prefer_decode):
+def _run(query, key, value, g, beta, initial_state, output_final_state, l2norm, prefer_decode, cu_seqlens):
     _check(query, key, value, g, beta)
     q, k, v, gc, b = _token_tensors(query, key, value, g, beta)
     B, T = q.shape[:2]
-    shape = (B, v.shape[2], q.shape[3], v.shape[3])
-    if initial_state is None and not output_final_state and not (prefer_decode and T == 1):
-        state = None  # nothing to read or keep: no state buffer at all
-    else:
+    shape = (_sequences(q, cu_seqlens), v.shape[2], q.shape[3], v.shape[3])
+    if prefer_decode and T == 1 and cu_seqlens is None:
+        # A decode step: the states are a pool of B rows, updated in place.
         state = _state_buffer(initial_state, shape)
-    if state is not None and prefer_decode and T == 1:
-        out = _decode(q, k, v, gc, b, state, l2norm)
+        rows = torch.arange(B, dtype=torch.int32)
+        out = recurrent_step(q[:, 0], k[:, 0], v[:, 0], b[:, 0], state, rows, g=gc[:, 0],
+                             use_qk_l2norm_in_kernel=l2norm).unsqueeze(1)
     else:
-        out = _prefill(q, k, v, gc, b, state, l2norm)
-    out = out.to(query.dtype)
-    return out, (state if output_final_state else None)
+        init = None if initial_state is None else _initial_state(initial_state, shape).to(torch.float32)
+        if cu_seqlens is not None and not isinstance(cu_seqlens, torch.Tensor):
+            cu_seqlens = torch.as_tensor(cu_seqlens)
+        out, state = _chunk_op(q, k, v, gc, b, None, init, cu_seqlens, l2norm, False)
+    return out.to(query.dtype), (state if output_final_state else None)
 
 
 def torch_chunk_gated_delta_rule(query, key, value, g, beta, chunk_size=64, initial_state=None,
-                                 output_final_state=False, use_qk_l2norm_in_kernel=False):
+                                 output_final_state=False, use_qk_l2norm_in_kernel=False, **kwargs):
     """transformers' torch_chunk_gated_delta_rule, computed by cgdr."""
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
-    return _run(query, key, value, g, beta, initial_state, output_final_state, use_qk_l2norm_in_kernel, False)
+    return _run(query, key, value, g, beta, initial_state, output_final_state, use_qk_l2norm_in_kernel, False,
+                kwargs.get("cu_seqlens"))
 
 
-def torch_recurrent_gated_delta_rule(query, key, value, g, beta, initial_state, output_final_state,
-                                     use_qk_l2norm_in_kernel=False):
+def torch_recurrent_gated_delta_rule(query, key, value, g, beta, initial_state=None, output_final_state=False,
+                                     use_qk_l2norm_in_kernel=False, **kwargs):
     """transformers' torch_recurrent_gated_delta_rule, computed by cgdr (one
     token: the decode step on a pool of B states; more: the prefill)."""
-    return _run(query, key, value, g, beta, initial_state, output_final_state, use_qk_l2norm_in_kernel, True)
+    return _run(query, key, value, g, beta, initial_state, output_final_state, use_qk_l2norm_in_kernel, True,
+                kwargs.get("cu_seqlens"))
+
+
+# transformers' models whose layers call torch_{chunk,recurrent}_gated_delta_rule.
+TRANSFORMERS_MODELS = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid")
+_FUNCTIONS = {"torch_chunk_gated_delta_rule": torch_chunk_gated_delta_rule,
+              "torch_recurrent_gated_delta_rule": torch_recurrent_gated_delta_rule}
+
+
+class TransformersPatch:
+    """What patch_transformers() replaced; undo() (or leaving a `with`
+    block) puts the originals back."""
+
+    def __init__(self, replaced):
+        self.replaced = replaced  # [(module, name, original)]
+
+    @property
+    def modules(self):
+        return sorted({m.__name__ for m, _, _ in self.replaced})
+
+    def undo(self):
+        for module, name, original in reversed(self.replaced):
+            setattr(module, name, original)
+        self.replaced = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.undo()
+
+
+def patch_transformers(models=None):
+    """Makes transformers' gated-delta-rule layers compute with cgdr.
+
+    transformers (5.x) decides at import which function stands behind the
+    module-level names torch_chunk_gated_delta_rule and
+    torch_recurrent_gated_delta_rule of a model's modeling file (fla's kernel
+    if fla imports, else its pure-torch fallback), and every layer looks the
+    name up when it runs. So replacing those names works before or after a
+    model is built or loaded. models: names under transformers.models
+    (default: TRANSFORMERS_MODELS that this transformers has, plus any other
+    already imported modeling module that defines the functions). Returns a
+    TransformersPatch (a context manager; .undo() restores)."""
+    names = list(models) if models is not None else list(TRANSFORMERS_MODELS)
+    modules = []
+    for name in names:
+        path = f"transformers.models.{name}.modeling_{name}"
+        try:
+            modules.append(importlib.import_module(path))
+        except ImportError:
+            if models is not None:
+                raise
+    if models is None:
+        modules += [m for n, m in list(sys.modules.items()) if n.startswith("transformers.models.") and m is not None
+                    and m not in modules and hasattr(m, "torch_chunk_gated_delta_rule")]
+    replaced = []
+    for module in modules:
+        found = [n for n in _FUNCTIONS if hasattr(module, n)]
+        if not found:
+            raise ValueError(f"models: {module.__name__} has no torch_chunk_gated_delta_rule or "
+                             "torch_recurrent_gated_delta_rule to replace")
+        for n in found:
+            replaced.append((module, n, getattr(module, n)))
+            setattr(module, n, _FUNCTIONS[n])
+    return TransformersPatch(replaced)

@@ -21,6 +21,8 @@
 
 #include "cgdr/cgdr.hpp"
 #include "cgdr/decode.hpp"
+#include "golden/compare.h"
+#include "golden/golden.h"
 
 namespace py = pybind11;
 
@@ -80,7 +82,7 @@ cgdr::TensorView ToView(const char* name, const py::object& obj, bool writable =
 }
 
 cgdr::Options MakeOptions(double scale, bool l2norm, const std::string& layout, int threads, const std::string& algo,
-                          bool check_values, const std::string& precision = "fp32") {
+                          bool check_values, const std::string& precision = "auto", const std::string& engine = "auto") {
   cgdr::Options o;
   o.scale = scale;
   o.use_qk_l2norm = l2norm;
@@ -93,7 +95,10 @@ cgdr::Options MakeOptions(double scale, bool l2norm, const std::string& layout, 
     ValueError("algo: expected auto, recurrent, chunk16, chunk32, chunk64 or chunk128, got '" + algo + "'");
   }
   if (!cgdr::ParsePrecision(precision, &o.precision)) {
-    ValueError("precision: expected fp32, bf16, bf16x3 or bf16x4, got '" + precision + "'");
+    ValueError("precision: expected auto, fp32, bf16, bf16x3 or bf16x4, got '" + precision + "'");
+  }
+  if (!cgdr::ParseEngine(engine, &o.engine)) {
+    ValueError("engine: expected auto, vector, amx or amx-emu, got '" + engine + "'");
   }
   o.check_values = check_values;
   return o;
@@ -113,7 +118,8 @@ void Raise(const cgdr::Status& s) {
 void Prefill(const py::object& query, const py::object& key, const py::object& value, const py::object& beta,
              const py::object& g, const py::object& initial_state, const py::object& seq_lens, const py::object& out,
              const py::object& final_state, double scale, bool use_qk_l2norm, const std::string& state_layout,
-             int threads, const std::string& algo, bool check_values, const std::string& precision) {
+             int threads, const std::string& algo, bool check_values, const std::string& precision,
+             const std::string& engine) {
   cgdr::Inputs in;
   cgdr::Outputs o;
   in.query = ToView("query", query);
@@ -125,7 +131,8 @@ void Prefill(const py::object& query, const py::object& key, const py::object& v
   in.seq_lens = ToView("seq_lens", seq_lens);
   o.out = ToView("out", out, true);
   o.final_state = ToView("final_state", final_state, true);
-  const cgdr::Options opt = MakeOptions(scale, use_qk_l2norm, state_layout, threads, algo, check_values, precision);
+  const cgdr::Options opt =
+      MakeOptions(scale, use_qk_l2norm, state_layout, threads, algo, check_values, precision, engine);
   cgdr::Status s;
   {
     py::gil_scoped_release release;  // the arguments above keep every buffer alive
@@ -156,6 +163,85 @@ void Decode(const py::object& query, const py::object& key, const py::object& va
   Raise(s);
 }
 
+// cgdr.golden (python/cgdr/golden.py): golden, benchmark and (fault != "none")
+// a faulty benchmark into the outputs the Python layer allocated.
+void Golden(const py::object& query, const py::object& key, const py::object& value, const py::object& beta,
+            const py::object& g, const py::object& initial_state, const py::object& seq_lens, const py::tuple& golden,
+            const py::tuple& bench, const py::tuple& actual, double scale, bool use_qk_l2norm,
+            const std::string& state_layout, int threads, const std::string& operands, const std::string& engine,
+            const std::string& fault) {
+  cgdr::Inputs in;
+  in.query = ToView("query", query);
+  in.key = ToView("key", key);
+  in.value = ToView("value", value);
+  in.beta = ToView("beta", beta);
+  in.g = ToView("g", g);
+  in.initial_state = ToView("initial_state", initial_state);
+  in.seq_lens = ToView("seq_lens", seq_lens);
+  const auto outputs = [](const char* name, const py::tuple& t) {
+    cgdr::Outputs o;
+    o.out = ToView((std::string(name) + "['out']").c_str(), t[0], true);
+    o.final_state = ToView((std::string(name) + "['final_state']").c_str(), t[1], true);
+    return o;
+  };
+  const cgdr::Outputs go = outputs("golden", golden), bo = outputs("benchmark", bench), ao = outputs("actual", actual);
+  const cgdr::Options opt = MakeOptions(scale, use_qk_l2norm, state_layout, threads, "auto", false);
+  cgdr::golden::Profile prof;
+  cgdr::golden::Fault f;
+  if (!cgdr::golden::ParseOperands(operands, &prof.operands)) {
+    ValueError("operands: expected 'bf16' or 'f16', got '" + operands + "'");
+  }
+  if (!cgdr::golden::ParseEngine(engine, &prof.engine)) {
+    ValueError("engine: expected 'auto', 'kernels' or 'emulation', got '" + engine + "'");
+  }
+  if (!cgdr::golden::ParseFault(fault, &f)) {
+    ValueError("fault: expected None, 'dropped-state', 'tail-mask', 'swapped-heads' or 'g-sign', got '" + fault + "'");
+  }
+  cgdr::Status s;
+  {
+    py::gil_scoped_release release;
+    s = cgdr::golden::GoldenInto(in, opt, go);
+    if (s.ok()) s = cgdr::golden::BenchmarkInto(in, opt, prof, bo);
+    if (s.ok() && f != cgdr::golden::Fault::kNone) s = cgdr::golden::FaultyInto(in, opt, prof, f, ao);
+  }
+  Raise(s);
+}
+
+// cgdr.compare: the report of `cgdr compare --json`, as a JSON string.
+std::string Compare(const py::tuple& golden, const py::tuple& bench, const py::tuple& actual,
+                    const std::vector<int64_t>& seq_lens, const std::string& level, const std::string& dtype,
+                    double eps, const std::string& state_layout, int threads) {
+  const auto outputs = [](const char* name, const py::tuple& t) {
+    cgdr::Outputs o;
+    o.out = ToView((std::string(name) + "['out']").c_str(), t[0]);
+    o.final_state = ToView((std::string(name) + "['final_state']").c_str(), t[1]);
+    return o;
+  };
+  const cgdr::Outputs go = outputs("golden", golden), bo = outputs("benchmark", bench), ao = outputs("actual", actual);
+  cgdr::golden::CompareOptions opt;
+  if (!cgdr::golden::ParseLevel(level, &opt.level)) {
+    ValueError("level: expected 'L0', 'L1' or 'L2', got '" + level + "'");
+  }
+  if (!dtype.empty()) {
+    opt.dtype_given = true;
+    if (!cgdr::ParseDType(dtype, &opt.dtype) || opt.dtype == cgdr::DType::kI32) {
+      ValueError("dtype: expected None, 'bf16', 'f16' or 'f32', got '" + dtype + "'");
+    }
+  }
+  opt.eps = eps;
+  opt.seq_lens = seq_lens;
+  opt.layout = MakeOptions(0.0, false, state_layout, threads, "auto", false).state_layout;
+  opt.threads = threads;
+  cgdr::golden::CompareReport report;
+  cgdr::Status s;
+  {
+    py::gil_scoped_release release;
+    s = cgdr::golden::Compare(go, bo, ao, opt, &report);
+  }
+  Raise(s);
+  return cgdr::golden::ReportJson(report).dump();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_cgdr, m) {
@@ -163,11 +249,19 @@ PYBIND11_MODULE(_cgdr, m) {
   m.def("prefill", &Prefill, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
         py::arg("initial_state"), py::arg("seq_lens"), py::arg("out"), py::arg("final_state"), py::arg("scale"),
         py::arg("use_qk_l2norm"), py::arg("state_layout"), py::arg("threads"), py::arg("algo"),
-        py::arg("check_values"), py::arg("precision") = "fp32",
+        py::arg("check_values"), py::arg("precision") = "auto", py::arg("engine") = "auto",
         "Runs cgdr::Run on packed TND tensors (see SPEC 2); writes out and final_state in place.");
   m.def("decode_step", &Decode, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
         py::arg("state_pool"), py::arg("state_indices"), py::arg("out"), py::arg("scale"), py::arg("use_qk_l2norm"),
         py::arg("state_layout"), py::arg("threads"), py::arg("check_values"),
         "Runs cgdr::DecodeStep; updates state_pool in place and writes out.");
   m.def("active_target", &cgdr::ActiveTarget, "The SIMD target dispatch uses (AVX3, AVX2, SSE4, ...).");
+  m.def("golden", &Golden, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
+        py::arg("initial_state"), py::arg("seq_lens"), py::arg("golden"), py::arg("benchmark"), py::arg("actual"),
+        py::arg("scale"), py::arg("use_qk_l2norm"), py::arg("state_layout"), py::arg("threads"), py::arg("operands"),
+        py::arg("engine"), py::arg("fault"),
+        "Golden, benchmark and (fault) faulty results into (out, final_state) tuples (docs/golden.md).");
+  m.def("compare", &Compare, py::arg("golden"), py::arg("benchmark"), py::arg("actual"), py::arg("seq_lens"),
+        py::arg("level"), py::arg("dtype"), py::arg("eps"), py::arg("state_layout"), py::arg("threads"),
+        "The precision standard's report (docs/golden.md) as JSON text.");
 }

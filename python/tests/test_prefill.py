@@ -166,22 +166,40 @@ def test_zero_copy_inputs_are_not_modified_and_gil_released():
     assert len(inside) >= 1, f"{len(inside)} ticks during a {t1 - t0:.3f} s call"
 
 
-@pytest.mark.parametrize("precision,tol", [("fp32", 2e-5), ("bf16", 1.5e-2), ("bf16x3", 4e-5), ("bf16x4", 4e-5)])
-def test_precision_modes(precision, tol):
-    """precision= on both prefill entry points: each mode within its tolerance
-    of the FP64 reference (tests/precision_test.cc states the same ones)."""
+@pytest.mark.parametrize("engine", ["vector", "amx-emu"])
+@pytest.mark.parametrize("precision,tol", [("fp32", 2e-5), ("bf16", 1.5e-2), ("bf16x3", 4e-5), ("bf16x4", 4e-5),
+                                           ("auto", 2e-5)])
+def test_precision_modes(precision, tol, engine):
+    """precision= and engine= on both prefill entry points: each mode within
+    its tolerance of the FP64 reference (tests/precision_test.cc and
+    tests/amx_test.cc state the same ones); auto on f32 inputs is fp32."""
     rng = np.random.default_rng(21)
     lens = [65, 1, 33]
     T, H, HV = sum(lens), 2, 4
     x = packed_inputs(rng, T, H, HV, DK, DV, len(lens))
     q, k, v, beta, g = (make("numpy", "f32", x[n]) for n in ("q", "k", "v", "beta", "g"))
     init = make("numpy", "f32", x["state"].transpose(0, 1, 3, 2))  # vk
-    out, fs = cgdr.chunk_gated_delta_rule_tnd(q, k, v, beta, init, lens, g=g, algo="chunk16", precision=precision)
+    out, fs = cgdr.chunk_gated_delta_rule_tnd(q, k, v, beta, init, lens, g=g, algo="chunk16", precision=precision,
+                                              engine=engine)
     ref_o, ref_s = gdr_fp64(f64(q), f64(k), f64(v), f64(beta), f64(g), init, lens, layout="vk")
     assert rel_err(f64(out), ref_o) <= tol
     assert rel_err(fs, ref_s) <= tol
     o2, _ = cgdr.chunk_gated_delta_rule(q[None], k[None], v[None], g[None], beta[None], cu_seqlens=np.cumsum([0] + lens),
-                                        precision=precision, algo="chunk16")
+                                        precision=precision, algo="chunk16", engine=engine)
     assert o2.shape == (1, T, HV, DV)
     with pytest.raises(ValueError, match="precision"):
         cgdr.chunk_gated_delta_rule_tnd(q, k, v, beta, init, lens, g=g, precision="fp16")
+    with pytest.raises(ValueError, match="engine"):
+        cgdr.chunk_gated_delta_rule(q[None], k[None], v[None], g[None], beta[None], engine="tiles")
+
+
+def test_engine_changes_the_bits_of_bf16x3():
+    """engine= reaches the kernel: bf16x3 on the emulated tiles and on the
+    vector units are both accurate but not the same bits."""
+    rng = np.random.default_rng(22)
+    lens = [70]
+    x = packed_inputs(rng, sum(lens), 2, 4, DK, DV, len(lens))
+    q, k, v, beta, g = (make("numpy", "f32", x[n]) for n in ("q", "k", "v", "beta", "g"))
+    runs = [cgdr.chunk_gated_delta_rule_tnd(q, k, v, beta, None, lens, g=g, algo="chunk64", precision="bf16x3",
+                                            engine=e)[0] for e in ("vector", "amx-emu")]
+    assert not np.array_equal(runs[0], runs[1])

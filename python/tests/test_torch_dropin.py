@@ -27,16 +27,33 @@ def inputs(B=2, T=37, H=4, K=7, V=9, Hk=None, dtype=torch.float32, seed=31):
 
 
 def test_signatures_match_transformers():
+    """transformers 5.x: defaults on the recurrent function's state arguments, **kwargs on both."""
+    empty = inspect.Parameter.empty
     chunk = inspect.signature(torch_chunk_gated_delta_rule)
     assert [(p.name, p.default) for p in chunk.parameters.values()] == [
-        ("query", inspect.Parameter.empty), ("key", inspect.Parameter.empty), ("value", inspect.Parameter.empty),
-        ("g", inspect.Parameter.empty), ("beta", inspect.Parameter.empty), ("chunk_size", 64),
-        ("initial_state", None), ("output_final_state", False), ("use_qk_l2norm_in_kernel", False)]
+        ("query", empty), ("key", empty), ("value", empty), ("g", empty), ("beta", empty), ("chunk_size", 64),
+        ("initial_state", None), ("output_final_state", False), ("use_qk_l2norm_in_kernel", False), ("kwargs", empty)]
     rec = inspect.signature(torch_recurrent_gated_delta_rule)
     assert [(p.name, p.default) for p in rec.parameters.values()] == [
-        ("query", inspect.Parameter.empty), ("key", inspect.Parameter.empty), ("value", inspect.Parameter.empty),
-        ("g", inspect.Parameter.empty), ("beta", inspect.Parameter.empty), ("initial_state", inspect.Parameter.empty),
-        ("output_final_state", inspect.Parameter.empty), ("use_qk_l2norm_in_kernel", False)]
+        ("query", empty), ("key", empty), ("value", empty), ("g", empty), ("beta", empty), ("initial_state", None),
+        ("output_final_state", False), ("use_qk_l2norm_in_kernel", False), ("kwargs", empty)]
+
+
+def test_cu_seqlens_keeps_packed_sequences_apart():
+    """transformers passes cu_seqlens= (None unless sequences are packed); cgdr
+    honours it: each packed sequence equals its own run."""
+    q, k, v, g, beta, s0 = inputs(B=1, T=40)
+    cu = torch.tensor([0, 13, 40])
+    init = torch.cat([s0[:1], s0[:1] * 0.5])
+    o, s = torch_chunk_gated_delta_rule(q, k, v, g, beta, initial_state=init, output_final_state=True,
+                                        use_qk_l2norm_in_kernel=True, cu_seqlens=cu, position_ids=None)
+    for n, (a, b) in enumerate([(0, 13), (13, 40)]):
+        ro, rs = ref.chunked_gated_delta_rule(q[:, a:b], k[:, a:b], v[:, a:b], g[:, a:b], beta[:, a:b],
+                                              initial_state=init[n:n + 1], output_final_state=True,
+                                              use_qk_l2norm_in_kernel=True)
+        assert rel_err(o[:, a:b], f64(ro)) <= 1e-5 and rel_err(s[n:n + 1], f64(rs)) <= 1e-5
+    o2, none = torch_chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=None)  # what transformers passes unpacked
+    assert none is None and o2.shape == o.shape
 
 
 @pytest.mark.parametrize("with_state", [False, True])
@@ -113,7 +130,7 @@ def test_pure_torch_reference_against_fp64(chunk):
 
 def test_errors_are_clear():
     q, k, v, g, beta, s0 = inputs(T=3)
-    with pytest.raises(ValueError, match=r"initial_state: expected shape \[B, H, K, V\] = \[2, 4, 7, 9\]"):
+    with pytest.raises(ValueError, match=r"initial_state: expected shape \[N, H, K, V\] = \[2, 4, 7, 9\]"):
         torch_chunk_gated_delta_rule(q, k, v, g, beta, initial_state=s0[:1], output_final_state=True)
     with pytest.raises(ValueError, match=r"g: expected rank 3 \[B, T, H\]"):
         torch_chunk_gated_delta_rule(q, k, v, g[..., None], beta)

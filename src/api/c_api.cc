@@ -17,6 +17,15 @@ struct cgdr_options {
 
 namespace {
 
+// The C API covers every option of the C++ one (issue 23). This binding names
+// each field of cgdr::Options and stops compiling when one is added: give the
+// new field its setter below and in cgdr.h (bumping CGDR_API_VERSION), a case
+// in tests/c_api_parity_test.cc, and its name here.
+[[maybe_unused]] void EveryOptionHasACSetter(const cgdr::Options& o) {
+  [[maybe_unused]] const auto& [scale, use_qk_l2norm, state_layout, algo, threads, check_values, v_step, dk_bucket,
+                                precision, engine] = o;
+}
+
 thread_local std::string g_last_error;
 
 cgdr_status Fail(cgdr_status code, std::string msg) {
@@ -166,14 +175,52 @@ cgdr_status cgdr_options_set_chunk(cgdr_options* opt, int chunk) {
 cgdr_status cgdr_options_set_precision(cgdr_options* opt, cgdr_precision precision) {
   if (!opt) return NullHandle("cgdr_options_set_precision");
   const int raw = RawEnum(precision);
-  if (raw < CGDR_PRECISION_FP32 || raw > CGDR_PRECISION_BF16X4) {
+  if (raw < CGDR_PRECISION_FP32 || raw > CGDR_PRECISION_AUTO) {
     return Fail(CGDR_INVALID_ARGUMENT,
-                "cgdr_options_set_precision: expected CGDR_PRECISION_FP32 (0) .. CGDR_PRECISION_BF16X4 (3), got " +
+                "cgdr_options_set_precision: expected CGDR_PRECISION_FP32 (0) .. CGDR_PRECISION_AUTO (4), got " +
                     std::to_string(raw));
   }
   static_assert(static_cast<int>(cgdr::Precision::kBf16x4) == CGDR_PRECISION_BF16X4, "C and C++ precision values agree");
+  static_assert(static_cast<int>(cgdr::Precision::kAuto) == CGDR_PRECISION_AUTO, "C and C++ precision values agree");
   opt->options.precision = static_cast<cgdr::Precision>(raw);
   return CGDR_OK;
+}
+
+cgdr_status cgdr_options_set_engine(cgdr_options* opt, cgdr_engine engine) {
+  if (!opt) return NullHandle("cgdr_options_set_engine");
+  const int raw = RawEnum(engine);
+  if (raw < CGDR_ENGINE_AUTO || raw > CGDR_ENGINE_AMX_EMULATED) {
+    return Fail(CGDR_INVALID_ARGUMENT,
+                "cgdr_options_set_engine: expected CGDR_ENGINE_AUTO (0) .. CGDR_ENGINE_AMX_EMULATED (3), got " +
+                    std::to_string(raw));
+  }
+  static_assert(static_cast<int>(cgdr::Engine::kVector) == CGDR_ENGINE_VECTOR &&
+                    static_cast<int>(cgdr::Engine::kAmxEmulated) == CGDR_ENGINE_AMX_EMULATED,
+                "C and C++ engine values agree");
+  opt->options.engine = static_cast<cgdr::Engine>(raw);
+  return CGDR_OK;
+}
+
+cgdr_status cgdr_options_set_v_step(cgdr_options* opt, int v_step) {
+  if (!opt) return NullHandle("cgdr_options_set_v_step");
+  if (v_step < 0 || v_step > cgdr::kMaxHeadDim) {
+    return Fail(CGDR_INVALID_ARGUMENT, "cgdr_options_set_v_step: expected 0 (auto) .. " +
+                                           std::to_string(cgdr::kMaxHeadDim) + ", got " + std::to_string(v_step));
+  }
+  opt->options.v_step = v_step;
+  return CGDR_OK;
+}
+
+cgdr_status cgdr_options_set_dk_bucket(cgdr_options* opt, int dk_bucket) {
+  if (!opt) return NullHandle("cgdr_options_set_dk_bucket");
+  switch (dk_bucket) {
+    case 0: case -1: case 64: case 80: case 96: case 128:
+      opt->options.dk_bucket = dk_bucket;  // whether it holds Dk is checked by the call, which knows Dk
+      return CGDR_OK;
+    default:
+      return Fail(CGDR_INVALID_ARGUMENT, "cgdr_options_set_dk_bucket: expected 0 (auto), -1 (generic), 64, 80, 96 or 128, got " +
+                                             std::to_string(dk_bucket));
+  }
 }
 
 cgdr_status cgdr_prefill(const cgdr_prefill_args* args, const cgdr_options* opt) {
@@ -223,8 +270,9 @@ const char* cgdr_status_name(cgdr_status status) {
   return "unknown";
 }
 
-// Kept in step with project(cgdr VERSION ...) in CMakeLists.txt.
-const char* cgdr_version(void) { return "0.1.0"; }
+const char* cgdr_version(void) { return CGDR_VERSION_STRING; }
+
+int cgdr_api_version(void) { return CGDR_API_VERSION; }
 
 const char* cgdr_simd_target(void) {
   static thread_local std::string name;

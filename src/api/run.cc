@@ -1,4 +1,4 @@
-// The public entry: validate -> plan -> execute (ARCHITECTURE data flow).
+// The public entry: validate -> plan -> execute (SPEC 5.1: data flow).
 #include <new>
 
 #include "cgdr/cgdr.hpp"

@@ -16,6 +16,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
+#include "kernels/amx.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace cgdr {
@@ -131,6 +132,37 @@ FmaPeak MeasureFmaPeak(int threads, double seconds) {
   const double flops = 2.0 * 16.0 * static_cast<double>(r.lanes) * static_cast<double>(iters) * threads;
   for (int trial = 0; trial < kTrials; ++trial) {  // other processes only ever slow it down
     const double dt = RunTogether(threads, [&](int t) { results[t] = HWY_DYNAMIC_DISPATCH(FmaLoop)(iters, 1.0f + 1e-3f * t); });
+    for (float v : results) g_sink = g_sink + v;
+    r.gflops = std::max(r.gflops, flops / dt / 1e9);
+  }
+  return r;
+}
+
+// How many iterations of `loop` take about `trial_s` on one thread.
+template <class Loop>
+int64_t CalibrateIterations(double trial_s, const Loop& loop) {
+  int64_t iters = 1 << 10;
+  for (;;) {
+    const auto t0 = Clock::now();
+    g_sink = g_sink + loop(iters);
+    const double dt = Seconds(t0, Clock::now());
+    if (dt > trial_s / 8 || iters > (int64_t{1} << 40)) {
+      return std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(iters) * trial_s / std::max(dt, 1e-9)));
+    }
+    iters *= 4;
+  }
+}
+
+AmxPeak MeasureAmxPeak(int threads, double seconds) {
+  AmxPeak r;
+  r.threads = std::max(threads, 1);
+  if (!AmxHardwareEnabled()) return r;
+  constexpr int kTrials = 10;
+  const int64_t iters = CalibrateIterations(seconds / 5, AmxDotLoop);
+  const double flops = 4.0 * 2.0 * kTileRows * 16 * kTileK * static_cast<double>(iters) * r.threads;
+  std::vector<float> results(static_cast<size_t>(r.threads));
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const double dt = RunTogether(r.threads, [&](int t) { results[t] = AmxDotLoop(iters); });
     for (float v : results) g_sink = g_sink + v;
     r.gflops = std::max(r.gflops, flops / dt / 1e9);
   }

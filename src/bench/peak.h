@@ -18,6 +18,15 @@ struct FmaPeak {
 // at once; best of short trials taking about 2 * `seconds` in all.
 FmaPeak MeasureFmaPeak(int threads, double seconds = 0.2);
 
+// AMX TDPBF16PS peak: a tile-resident loop (4 accumulators, operands held in
+// tiles) on `threads` threads at once, best of short trials, in bf16 GFLOP/s
+// (2 flops per multiply-add). 0 where AMX is not usable (kernels/amx.h).
+struct AmxPeak {
+  double gflops = 0.0;
+  int threads = 0;
+};
+AmxPeak MeasureAmxPeak(int threads, double seconds = 0.2);
+
 struct CopyBandwidth {
   double gbytes_per_s = 0.0;  // (bytes read + bytes written) / s, 1e9 bytes
   int threads = 0;

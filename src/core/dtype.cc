@@ -53,13 +53,31 @@ const char* PrecisionName(Precision p) {
     case Precision::kBf16: return "bf16";
     case Precision::kBf16x3: return "bf16x3";
     case Precision::kBf16x4: return "bf16x4";
+    case Precision::kAuto: return "auto";
   }
   return "?";
 }
 
 bool ParsePrecision(const std::string& s, Precision* out) {
-  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kBf16x3, Precision::kBf16x4}) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kBf16x3, Precision::kBf16x4, Precision::kAuto}) {
     if (s == PrecisionName(p)) { *out = p; return true; }
+  }
+  return false;
+}
+
+const char* EngineName(Engine e) {
+  switch (e) {
+    case Engine::kAuto: return "auto";
+    case Engine::kVector: return "vector";
+    case Engine::kAmx: return "amx";
+    case Engine::kAmxEmulated: return "amx-emu";
+  }
+  return "?";
+}
+
+bool ParseEngine(const std::string& s, Engine* out) {
+  for (Engine e : {Engine::kAuto, Engine::kVector, Engine::kAmx, Engine::kAmxEmulated}) {
+    if (s == EngineName(e)) { *out = e; return true; }
   }
   return false;
 }

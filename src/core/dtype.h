@@ -65,6 +65,20 @@ inline float LoadAsF32(const void* base, DType t, int64_t i) {
   }
 }
 
+// Elements [offset, offset + n) of a tensor of dtype t (f16/bf16/f32), widened:
+// a row without a dtype switch per element.
+inline void LoadRowAsF32(const void* base, DType t, int64_t offset, int64_t n, float* dst) {
+  const auto* h = static_cast<const uint16_t*>(base) + offset;
+  switch (t) {
+    case DType::kF16: for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(h[i]); break;
+    case DType::kBF16: for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(h[i]); break;
+    case DType::kF32:
+      std::memcpy(dst, static_cast<const float*>(base) + offset, static_cast<size_t>(n) * sizeof(float));
+      break;
+    default: break;
+  }
+}
+
 inline void StoreFromF32(void* base, DType t, int64_t i, float v) {
   switch (t) {
     case DType::kF16: static_cast<uint16_t*>(base)[i] = F32ToF16(v); break;

@@ -63,7 +63,7 @@ Case MakeCase(const CaseSpec& spec) {
   FillUniform(c.beta, spec.dtype, T * spec.Nv, 0.05, 0.95, rng);
   if (spec.has_g) {
     c.g = Alloc(T * spec.Nv, spec.g_dtype);
-    FillUniform(c.g, spec.g_dtype, T * spec.Nv, spec.g_min, 0.0, rng);
+    FillUniform(c.g, spec.g_dtype, T * spec.Nv, spec.g_min, spec.g_max, rng);
   }
   const int64_t state_n = B * spec.Nv * spec.Dk * spec.Dv;
   if (spec.has_initial_state) {

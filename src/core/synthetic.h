@@ -23,7 +23,8 @@ struct CaseSpec {
   StateLayout layout = StateLayout::kVK;
   bool use_qk_l2norm = false;  // if true, q/k rows are random, not unit
   double scale = 0.0;
-  float g_min = -0.3f;         // g drawn uniformly in [g_min, 0]
+  float g_min = -0.3f;         // g drawn uniformly in [g_min, g_max]
+  float g_max = 0.0f;
   uint64_t seed = 1;
 };
 

@@ -255,6 +255,7 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 
 #include "cgdr/decode.hpp"
+#include "core/fpenv.h"
 #include "core/threads.h"
 #include "decode/decode_internal.h"
 
@@ -346,9 +347,13 @@ Status ValidateAndRun(const DecodeInputs& in, const DecodeOutputs& out, const Op
   // kResourceExhausted.
   std::vector<ItemScratch> scratch(static_cast<size_t>(threads));
 
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t item = 0; item < items; ++item) {
-    RunItem(p, in, out, item / p.Nv, item % p.Nv, scratch[static_cast<size_t>(omp_get_thread_num())]);
+#pragma omp parallel num_threads(threads)
+  {
+    const FlushDenormalsScope ftz;  // as prefill (core/fpenv.h)
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < items; ++item) {
+      RunItem(p, in, out, item / p.Nv, item % p.Nv, scratch[static_cast<size_t>(omp_get_thread_num())]);
+    }
   }
   return Status::Ok();
 }

@@ -33,11 +33,6 @@ std::string CaseTensorList() {
   return list;
 }
 
-TensorView ViewOf(const SafetensorsFile& f, const char* name) {
-  const SafetensorsTensor* t = f.Find(name);
-  return t ? t->view() : TensorView();
-}
-
 // `scale` must be a plain finite decimal: a typo must not silently become 0.
 Status ParseScale(const std::string& path, const std::string& v, double* scale) {
   double x = 0.0;
@@ -83,31 +78,78 @@ void* Placeholder(int i) { return reinterpret_cast<void*>((uintptr_t{1} << 62) +
 // Zero-filled without touching the pages (large calloc maps fresh zero pages).
 void* ZeroAlloc(int64_t bytes) { return std::calloc(static_cast<size_t>(bytes > 0 ? bytes : 1), 1); }
 
+// The checks and views every case file kind shares: known and required tensor
+// names, the metadata, and views of the tensors by name.
+Status AssembleCase(const std::string& path, const std::vector<NamedTensor>& tensors,
+                    const std::map<std::string, std::string>& metadata, Inputs* in, Options* opt) {
+  for (const auto& t : tensors) {
+    if (!IsCaseTensor(t.name)) {
+      return Fail(path, Cat("unknown tensor '", PrintableName(t.name), "' (expected ", CaseTensorList(), ")"));
+    }
+  }
+  auto view = [&](const char* name) {
+    for (const auto& t : tensors) {
+      if (t.name == name) return t.view;
+    }
+    return TensorView();
+  };
+  for (const char* name : kRequired) {
+    if (!view(name).present()) return Fail(path, Cat("missing required tensor '", name, "'"));
+  }
+  Status s = ParseMetadata(path, metadata, opt);
+  if (!s.ok()) return s;
+  in->query = view("query");
+  in->key = view("key");
+  in->value = view("value");
+  in->beta = view("beta");
+  in->g = view("g");
+  in->initial_state = view("initial_state");
+  in->seq_lens = view("seq_lens");
+  return Status::Ok();
+}
+
+// out and final_state by name; final_state may be absent when `state_optional`.
+Status AssembleResult(const std::string& path, const std::vector<NamedTensor>& tensors, bool state_optional,
+                      Outputs* out) {
+  for (const auto& t : tensors) {
+    if (t.name == "out") {
+      out->out = t.view;
+    } else if (t.name == "final_state") {
+      out->final_state = t.view;
+    } else {
+      return Fail(path, Cat("unknown tensor '", PrintableName(t.name), "' (expected out, final_state)"));
+    }
+  }
+  if (!out->out.present()) return Fail(path, "missing required tensor 'out'");
+  if (!state_optional && !out->final_state.present()) return Fail(path, "missing required tensor 'final_state'");
+  return Status::Ok();
+}
+
+std::vector<NamedTensor> NamedTensors(const SafetensorsFile& f) {
+  std::vector<NamedTensor> v;
+  for (const auto& t : f.tensors()) v.push_back({t.name, t.view()});
+  return v;
+}
+
 }  // namespace
 
 Status LoadCase(const std::string& path, LoadedCase* out) {
   LoadedCase c;
   Status s = ReadSafetensors(path, &c.file);
   if (!s.ok()) return s;
-  for (const auto& t : c.file.tensors()) {
-    if (!IsCaseTensor(t.name)) {
-      return Fail(path, Cat("unknown tensor '", PrintableName(t.name), "' (expected ", CaseTensorList(), ")"));
-    }
-  }
-  for (const char* name : kRequired) {
-    if (!c.file.Find(name)) return Fail(path, Cat("missing required tensor '", name, "'"));
-  }
-  s = ParseMetadata(path, c.file.metadata(), &c.options);
+  s = AssembleCase(path, NamedTensors(c.file), c.file.metadata(), &c.inputs, &c.options);
   if (!s.ok()) return s;
-  Inputs& in = c.inputs;
-  in.query = ViewOf(c.file, "query");
-  in.key = ViewOf(c.file, "key");
-  in.value = ViewOf(c.file, "value");
-  in.beta = ViewOf(c.file, "beta");
-  in.g = ViewOf(c.file, "g");
-  in.initial_state = ViewOf(c.file, "initial_state");
-  in.seq_lens = ViewOf(c.file, "seq_lens");
   *out = std::move(c);  // views point into heap buffers the move keeps
+  return Status::Ok();
+}
+
+Status LoadCaseFiles(const std::string& path, CaseFiles* out) {
+  CaseFiles c;
+  Status s = ReadTensorBundle(path, &c.files);
+  if (!s.ok()) return s;
+  s = AssembleCase(path, c.files.tensors(), c.files.metadata(), &c.inputs, &c.options);
+  if (!s.ok()) return s;
+  *out = std::move(c);
   return Status::Ok();
 }
 
@@ -134,10 +176,17 @@ Status SaveCase(const std::string& path, const Inputs& in, const Options& opt) {
   return WriteSafetensors(path, CaseTensors(in), CaseMetadata(opt));
 }
 
+Status SaveCaseFiles(FileKind kind, const std::string& path, const Inputs& in, const Options& opt) {
+  return WriteTensorBundle(kind, path, CaseTensors(in), CaseMetadata(opt));
+}
+
 void OutputBuffers::Free::operator()(void* p) const { std::free(p); }
 
-Status PrepareOutputs(const Inputs& in, const Options& opt, OutputBuffers* ob) {
-  // Shapes SPEC 2 implies; meaningless (and harmless) until Validate has passed.
+namespace {
+
+// Outputs of the shapes and dtypes SPEC 2 implies, at addresses no process
+// maps; meaningless (and harmless) until Validate has passed.
+Outputs ProbeOutputs(const Inputs& in, const Options& opt) {
   const int64_t T = in.query.shape[0], Dk = in.query.shape[2], Nv = in.value.shape[1], Dv = in.value.shape[2];
   const int64_t B = in.seq_lens.shape[0];
   const bool kv = opt.state_layout == StateLayout::kKV;
@@ -146,6 +195,18 @@ Status PrepareOutputs(const Inputs& in, const Options& opt, OutputBuffers* ob) {
   Outputs probe;
   probe.out = TensorView(Placeholder(0), out_dt, {T, Nv, Dv});
   probe.final_state = TensorView(Placeholder(1), state_dt, {B, Nv, kv ? Dk : Dv, kv ? Dv : Dk});
+  return probe;
+}
+
+}  // namespace
+
+Status ValidateInputs(const Inputs& in, const Options& opt, Problem* problem) {
+  return Validate(in, ProbeOutputs(in, opt), opt, problem);
+}
+
+Status PrepareOutputs(const Inputs& in, const Options& opt, OutputBuffers* ob) {
+  const Outputs probe = ProbeOutputs(in, opt);
+  const DType out_dt = probe.out.dtype, state_dt = probe.final_state.dtype;
   Problem problem;
   Status s = Validate(in, probe, opt, &problem);
   if (!s.ok()) return s;
@@ -169,25 +230,41 @@ Status PrepareOutputs(const Inputs& in, const Options& opt, OutputBuffers* ob) {
   return Status::Ok();
 }
 
-Status SaveResult(const std::string& path, const Outputs& out, const Options& opt) {
+std::vector<SafetensorsWriteTensor> ResultTensors(const Outputs& out) {
   std::vector<SafetensorsWriteTensor> t{{"out", out.out}};
   if (out.final_state.present()) t.emplace_back("final_state", out.final_state);
-  return WriteSafetensors(path, t, {{"state_layout", StateLayoutName(opt.state_layout)}});
+  return t;
+}
+
+Status SaveResult(const std::string& path, const Outputs& out, const Options& opt) {
+  return WriteSafetensors(path, ResultTensors(out), {{"state_layout", StateLayoutName(opt.state_layout)}});
+}
+
+Status SaveResultFiles(FileKind kind, const std::string& path, const Outputs& out, const Options& opt) {
+  return WriteTensorBundle(kind, path, ResultTensors(out), {{"state_layout", StateLayoutName(opt.state_layout)}});
 }
 
 Status LoadResult(const std::string& path, LoadedResult* out) {
   LoadedResult r;
   Status s = ReadSafetensors(path, &r.file);
   if (!s.ok()) return s;
-  for (const auto& t : r.file.tensors()) {
-    if (t.name != "out" && t.name != "final_state")
-      return Fail(path, Cat("unknown tensor '", PrintableName(t.name), "' (expected out, final_state)"));
+  s = AssembleResult(path, NamedTensors(r.file), false, &r.outputs);
+  if (!s.ok()) return s;
+  *out = std::move(r);
+  return Status::Ok();
+}
+
+Status LoadResultFiles(const std::string& path, ResultFiles* out) {
+  ResultFiles r;
+  Status s = ReadTensorBundle(path, &r.files);
+  if (!s.ok()) return s;
+  for (const auto& [key, v] : r.files.metadata()) {
+    if (key == "state_layout" && v != "vk" && v != "kv") {
+      return Fail(path, Cat("metadata 'state_layout' is \"", PrintableName(v), "\", expected \"vk\" or \"kv\""));
+    }
   }
-  for (const char* name : {"out", "final_state"}) {
-    if (!r.file.Find(name)) return Fail(path, Cat("missing required tensor '", name, "'"));
-  }
-  r.outputs.out = ViewOf(r.file, "out");
-  r.outputs.final_state = ViewOf(r.file, "final_state");
+  s = AssembleResult(path, r.files.tensors(), true, &r.outputs);
+  if (!s.ok()) return s;
   *out = std::move(r);
   return Status::Ok();
 }

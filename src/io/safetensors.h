@@ -1,4 +1,4 @@
-// Safetensors read/write (SPEC 7, ARCHITECTURE src/io): strict about bounds,
+// Safetensors read/write (SPEC 7): strict about bounds,
 // dtypes and shapes, atomic on write.
 //
 // Format: 8-byte little-endian u64 header length N, N bytes of JSON header,
@@ -99,16 +99,9 @@ struct SafetensorsWriteTensor {
 Status SerializeSafetensors(const std::vector<SafetensorsWriteTensor>& tensors,
                             const std::map<std::string, std::string>& metadata, std::string* bytes);
 
-// Writes atomically: a temporary file in the target's directory, fsync, then
-// rename over the target. On any failure the temporary is removed, the target
-// is left as it was, and the error names the file. The target (README,
-// "Output paths"): `path` if it names nothing yet or a regular file; if it is
-// a symbolic link, the file it leads to (the link stays a link); a
-// directory, device, FIFO or socket is refused before anything is written.
+// Writes atomically under the output-path rules (WriteFileAtomically,
+// io/file_util.h).
 Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsWriteTensor>& tensors,
                         const std::map<std::string, std::string>& metadata);
-
-// Any bytes written the same way, under the same rules for `path`.
-Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 
 }  // namespace cgdr

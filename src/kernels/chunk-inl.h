@@ -86,13 +86,67 @@ HWY_INLINE void GemmBlockedK(const GemmJob& job, int si, int64_t kb, Precision p
 struct ChunkTensors {
   TensorRows v, out;
   int64_t width = 0;
-  bool Direct(int64_t c0, int64_t pw) const { return c0 + pw <= width; }
+  bool direct = true;  // false: every panel through vb and o (the AMX engine's products write no rows directly)
+  bool Direct(int64_t c0, int64_t pw) const { return direct && c0 + pw <= width; }
   static TensorRows Columns(const TensorRows& rows, int64_t c0) {
     TensorRows r = rows;
     r.at = static_cast<uint8_t*>(rows.at) + c0 * static_cast<int64_t>(DTypeSize(rows.dtype));
     return r;
   }
 };
+
+// Rows [r0, r1) of the item's V tile (io from ItemTensors) into the vb panels,
+// row i times row_factor(i) (beta_i for Vb = diag(beta) V; 1 keeps V
+// exactly), for the panels ChunkVSide does not read in place (io.Direct).
+// Whole panels convert and scale in one pass over whole vectors.
+template <class RowFactor>
+HWY_INLINE void LoadValueTile(const ScratchLayout& L, float* HWY_RESTRICT base, const ChunkTensors& io, int64_t r0,
+                              int64_t r1, const RowFactor& row_factor) {
+  const Panels rp(L.c, L);
+  ForDType(io.v.dtype, [&](auto tag) {
+    constexpr DType kT = decltype(tag)::value;
+    for (int64_t c0 = 0; c0 < L.w_pad; c0 = rp.Next(c0)) {
+      const int64_t pw = rp.Width(c0), cols = std::clamp<int64_t>(io.width - c0, 0, pw);
+      if (io.Direct(c0, pw)) continue;
+      const uint8_t* first = static_cast<const uint8_t*>(ChunkTensors::Columns(io.v, c0).at);
+      for (int64_t i = r0; i < r1; ++i) {
+        const uint8_t* src = first + i * io.v.stride;
+        float* dst = rp.Base(base + L.vb, c0) + i * pw;
+        if (cols == pw) {
+          LoadScaledVectorsAs<kT>(src, pw, row_factor(i), dst);
+        } else {
+          LoadRowAs<kT>(src, cols, dst, pw);
+          ScaleRows(dst, pw, 1, [&](int64_t) { return row_factor(i); }, dst);
+        }
+      }
+    }
+  });
+}
+
+// Output rows [r0, r1) of the item (io from ItemTensors) from the o panels,
+// for the panels ChunkVSide did not write in place (io.Direct); with
+// streaming stores where out's rows take them (StreamsOutput) and the
+// panel's part of each row is whole lines.
+HWY_INLINE void StoreOutputRows(const ScratchLayout& L, const float* HWY_RESTRICT o, const ChunkTensors& io, int64_t r0,
+                                int64_t r1) {
+  const Panels rp(L.c, L);
+  ForDType(io.out.dtype, [&](auto tag) {
+    constexpr DType kT = decltype(tag)::value;
+    for (int64_t c0 = 0; c0 < io.width; c0 = rp.Next(c0)) {
+      const int64_t pw = rp.Width(c0), cols = std::min(pw, io.width - c0);
+      if (io.Direct(c0, pw)) continue;
+      uint8_t* row = static_cast<uint8_t*>(ChunkTensors::Columns(io.out, c0).at) + r0 * io.out.stride;
+      if constexpr (kStreamableAs<kT>) {
+        const bool lines = (c0 * kDTypeBytes<kT>) % kLineBytes == 0 && (cols * kDTypeBytes<kT>) % kLineBytes == 0;
+        if (io.out.stream && lines) {
+          for (int64_t i = r0; i < r1; ++i, row += io.out.stride) StreamRowAs<kT>(rp.Base(o, c0) + i * pw, cols, row);
+          continue;
+        }
+      }
+      for (int64_t i = r0; i < r1; ++i, row += io.out.stride) StoreRowAs<kT>(rp.Base(o, c0) + i * pw, cols, row);
+    }
+  });
+}
 
 // Expects the K side's results (PrepareKeyHead, PrepareValueHead) and, for
 // panels not io.Direct, vb = diag(beta) V for the chunk's n rows.

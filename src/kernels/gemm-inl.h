@@ -154,10 +154,12 @@ static_assert(kWidestPanel <= kMaxPanelCols, "ScratchLayout's kMaxPanelCols is b
 struct Panels {
   int64_t rows = 0, w_pad = 0, P = 0;
   int64_t merged = -1;  // start of the panel of PanelCols() + one vector, or -1
-  // Every V-side buffer uses the same P.
-  Panels(int64_t rows_, const ScratchLayout& L) : rows(rows_), w_pad(L.w_pad), P(PanelCols()) {
+  // Every V-side buffer uses the same P: the layout's (the AMX engine's 16
+  // columns), else PanelCols().
+  Panels(int64_t rows_, const ScratchLayout& L)
+      : rows(rows_), w_pad(L.w_pad), P(L.panel_cols ? L.panel_cols : PanelCols()) {
     const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-    if (kMergeTail && w_pad > P && w_pad % P == N) merged = w_pad - N - P;
+    if (kMergeTail && L.panel_cols == 0 && w_pad > P && w_pad % P == N) merged = w_pad - N - P;
   }
   int64_t Width(int64_t c0) const { return c0 == merged ? w_pad - c0 : std::min(P, w_pad - c0); }
   int64_t Next(int64_t c0) const { return c0 + Width(c0); }

@@ -20,6 +20,7 @@
 #include "cgdr/plan.hpp"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "kernels/amx_chunk-inl.h"
 #include "kernels/chunk-inl.h"
 #include "kernels/gemm-inl.h"
 #include "kernels/items-inl.h"
@@ -52,6 +53,7 @@ struct ItemView {
   int64_t hk;          // query/key head of value head it->head (grouped heads)
   int64_t state_base;  // element offset of state (seq, head)
   Precision plan_precision;  // plan.precision: arithmetic of the chunked products
+  Engine engine;             // plan.engine: where the chunked products run
   bool stream_out;           // out's rows take streaming stores (StreamsOutput)
 };
 
@@ -204,34 +206,6 @@ HWY_INLINE ChunkTensors ItemTensors(const ItemView& iv, int64_t t) {
   return io;
 }
 
-// Rows [0, n) of the item's V tile (io from ItemTensors) into the vb panels,
-// row i times row_factor(i) (beta_i for Vb = diag(beta) V; 1 keeps V
-// exactly), for the panels ChunkVSide does not read in place (io.Direct).
-// Whole panels convert and scale in one pass over whole vectors.
-template <class RowFactor>
-HWY_INLINE void LoadValueTile(const ScratchLayout& L, float* HWY_RESTRICT base, const ChunkTensors& io, int64_t n,
-                              const RowFactor& row_factor) {
-  const Panels rp(L.c, L);
-  ForDType(io.v.dtype, [&](auto tag) {
-    constexpr DType kT = decltype(tag)::value;
-    for (int64_t c0 = 0; c0 < L.w_pad; c0 = rp.Next(c0)) {
-      const int64_t pw = rp.Width(c0), cols = std::clamp<int64_t>(io.width - c0, 0, pw);
-      if (io.Direct(c0, pw)) continue;
-      const uint8_t* first = static_cast<const uint8_t*>(ChunkTensors::Columns(io.v, c0).at);
-      for (int64_t i = 0; i < n; ++i) {
-        const uint8_t* src = first + i * io.v.stride;
-        float* dst = rp.Base(base + L.vb, c0) + i * pw;
-        if (cols == pw) {
-          LoadScaledVectorsAs<kT>(src, pw, row_factor(i), dst);
-        } else {
-          LoadRowAs<kT>(src, cols, dst, pw);
-          ScaleRows(dst, pw, 1, [&](int64_t) { return row_factor(i); }, dst);
-        }
-      }
-    }
-  });
-}
-
 // What an item's chunk step can take from the item before it in the group
 // (same chunk rows): the key head's stage (same hk) and also the value
 // head's stage (same head, another V tile). See PrepareKeyHead.
@@ -268,21 +242,6 @@ HWY_INLINE void QueueGroupChunk(const ItemView* views, int64_t count, int64_t t,
   if (p.has_g) add(in.g, t * p.Nv + a.head, p.Nv, z.head - a.head + 1, false);
 }
 
-// Output rows [0, n) of the item (io from ItemTensors) from the o panels,
-// for the panels ChunkVSide did not write in place (io.Direct).
-HWY_INLINE void StoreOutputRows(const ScratchLayout& L, const float* HWY_RESTRICT o, const ChunkTensors& io, int64_t n) {
-  const Panels rp(L.c, L);
-  ForDType(io.out.dtype, [&](auto tag) {
-    constexpr DType kT = decltype(tag)::value;
-    for (int64_t c0 = 0; c0 < io.width; c0 = rp.Next(c0)) {
-      const int64_t pw = rp.Width(c0), cols = std::min(pw, io.width - c0);
-      if (io.Direct(c0, pw)) continue;
-      uint8_t* row = static_cast<uint8_t*>(ChunkTensors::Columns(io.out, c0).at);
-      for (int64_t i = 0; i < n; ++i, row += io.out.stride) StoreRowAs<kT>(rp.Base(o, c0) + i * pw, cols, row);
-    }
-  });
-}
-
 // C = 1: tokens [t, t + n) of one item (n <= kRecurrentSpan), token by
 // token, one state panel at a time so the panel stays in L1 for all n tokens.
 template <int kDkPad>
@@ -295,7 +254,7 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
   // As in ChunkStep: panels inside the item's V tile read V and write out in
   // place (ChunkTensors), padded ones go through vb and o.
   const ChunkTensors io = ItemTensors(iv, t);
-  LoadValueTile(L, base, io, n, [](int64_t) { return 1.0f; });
+  LoadValueTile(L, base, io, 0, n, [](int64_t) { return 1.0f; });
   for (int64_t i = 0; i < n; ++i) cv.eG[i] = std::exp(cv.g[i]);
   const Panels sp(L.dk_pad, L), rp(L.c, L);
   for (int64_t c0 = 0; c0 < L.w_pad; c0 = sp.Next(c0)) {
@@ -318,7 +277,28 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
              reinterpret_cast<uint8_t*>(rp.Base(base + L.o, c0)), row_bytes);
     }
   }
-  StoreOutputRows(L, base + L.o, io, n);
+  StoreOutputRows(L, base + L.o, io, 0, n);
+}
+
+// C = 16 .. 128 on the AMX engine (amx_chunk-inl.h): the stages of
+// ChunkStep with the products on tiles. The decay masks and the FP32 blocked
+// inverse (PrepareValueHead) are the vector engine's.
+HWY_INLINE void ChunkStepOnTiles(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base,
+                                 float* HWY_RESTRICT S, float scale, int64_t t, int64_t n, SharedKSide shared) {
+  const Precision prec = iv.plan_precision;
+  const bool hw = iv.engine == Engine::kAmx;
+  if (!shared.key_head) {
+    LoadKeyRows(iv, L, base, t, n);
+    AmxPrepareKeyHead(L, base, n, prec, hw);
+  }
+  if (!shared.value_head) {
+    LoadHeadVectors(iv, L, base, t, n);
+    PrepareValueHead(L, base, n, scale);
+    AmxPrepareValueHead(L, base, n, prec);
+  }
+  ChunkTensors io = ItemTensors(iv, t);
+  io.direct = false;
+  AmxChunkVSide(L, base, S, n, prec, hw, io);  // V in through vb, out from o, between its tile blocks
 }
 
 // C = 16 .. 128: one chunk [t, t + n) of one item, SPEC 4.
@@ -339,9 +319,9 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
     PrepareValueHead(L, base, n, scale);
   }
   const ChunkTensors io = ItemTensors(iv, t);
-  LoadValueTile(L, base, io, n, [&](int64_t i) { return cv.beta[i]; });  // Vb = diag(beta) V
+  LoadValueTile(L, base, io, 0, n, [&](int64_t i) { return cv.beta[i]; });  // Vb = diag(beta) V
   ChunkVSide(L, base, S, n, prec, prefetch, io);
-  StoreOutputRows(L, base + L.o, io, n);
+  StoreOutputRows(L, base + L.o, io, 0, n);
 }
 
 // A group of items of one sequence advanced chunk by chunk together: each
@@ -361,28 +341,31 @@ void BucketDriver<kDkPad>::RunGroup(const Plan& plan, const Inputs& in, const Ou
   for (int64_t g = 0; g < count; ++g) {
     const WorkItem& it = plan.items[items[g]];
     const int64_t state_base = (it.seq * p.Nv + it.head) * p.Dk * p.Dv;
-    views[g] = ItemView{&p, &in, &out, &it, it.head / group, state_base, plan.precision, stream_out};
+    views[g] = ItemView{&p, &in, &out, &it, it.head / group, state_base, plan.precision, plan.engine, stream_out};
     LoadStateTile(views[g], L, base, L.StateTile(base, g));
   }
   const WorkItem& first = plan.items[items[0]];
   const int64_t t_end = first.token_begin + first.tokens;
   const int64_t step = plan.chunk == 1 ? kRecurrentSpan : plan.chunk;
+  const bool tiles = RunsOnTiles(plan);
   for (int64_t t = first.token_begin; t < t_end; t += step) {
     const int64_t n = std::min<int64_t>(step, t_end - t);
     PrefetchQueue next_chunk;
     QueueGroupChunk(views, count, t + step, std::min<int64_t>(step, t_end - t - step), &next_chunk);
-    if (plan.chunk == 1) {
-      next_chunk.Drain();  // no tiles to spread the lines over
+    if (plan.chunk == 1 || tiles) {
+      next_chunk.Drain();  // no register tiles to spread the lines over
     } else {  // paced over the chunk's state products (3 dk x width multiply-adds per row and item)
       int64_t state_fmas = 0;
       for (int64_t g = 0; g < count; ++g) state_fmas += 3 * n * L.dk_pad * views[g].it->v_width;
       next_chunk.Pace(state_fmas);
     }
     for (int64_t g = 0; g < count; ++g) {
+      const SharedKSide shared = SharedKSide::Between(g > 0 ? &views[g - 1] : nullptr, views[g]);
       if (plan.chunk == 1) {
         RecurrentSpan<kDkPad>(views[g], L, base, L.StateTile(base, g), scale, t, n);
+      } else if (tiles) {
+        ChunkStepOnTiles(views[g], L, base, L.StateTile(base, g), scale, t, n, shared);
       } else {
-        const SharedKSide shared = SharedKSide::Between(g > 0 ? &views[g - 1] : nullptr, views[g]);
         ChunkStep<kDkPad>(views[g], L, base, L.StateTile(base, g), scale, t, n, shared, &next_chunk);
       }
     }

@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "core/alloc.h"
+#include "core/fpenv.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
+#include "kernels/amx.h"
 #include "kernels/items-inl.h"
 #include "kernels/kernels.h"
 #include "plan/scratch_layout.h"
@@ -45,6 +47,10 @@ Status ExecuteImpl(const Plan& plan, const Inputs& in, const Outputs& out) {
   if (L.bytes() > plan.scratch_bytes_per_thread) {
     return Status(Code::kInternal, "kernel scratch layout exceeds the plan's scratch_bytes_per_thread");
   }
+  // The hardware tiles: the plan chose them because this process may run
+  // them (AmxHardware); each worker configures its own and releases them.
+  const bool hw_tiles = RunsOnTiles(plan) && plan.engine == Engine::kAmx;
+  if (hw_tiles && !AmxHardwareEnabled()) return Status(Code::kInternal, "plan.engine is amx but AMX is not usable");
   // One scratch per thread that can run: no more threads than groups.
   const int workers = static_cast<int>(std::min<int64_t>(plan.threads, plan.groups()));
   // All scratch is allocated before any output is written: an allocation
@@ -64,10 +70,13 @@ Status ExecuteImpl(const Plan& plan, const Inputs& in, const Outputs& out) {
 #pragma omp parallel num_threads(workers)
     {
       float* base = scratch[static_cast<size_t>(omp_get_thread_num())].get();
+      const FlushDenormalsScope ftz;
+      if (hw_tiles) ConfigureTilesOnThisThread();
       for (int64_t g = next_group.fetch_add(1, std::memory_order_relaxed); g < plan.groups();
            g = next_group.fetch_add(1, std::memory_order_relaxed)) {
         RunGroupForBucket(plan, in, out, g, L, base);
       }
+      if (hw_tiles) ReleaseTilesOnThisThread();  // no tile state outlives the call on a pooled thread
     }
   }
   return Status::Ok();

@@ -165,6 +165,16 @@ HWY_INLINE void StoreRowAs(const float* HWY_RESTRICT src, int64_t n, void* HWY_R
   }
 }
 
+// StoreRowAs with streaming stores past the caches (kStreamableAs<kT>):
+// dst on a 64-byte line and n * sizeof(kT) a multiple of 64, so the row is
+// whole lines, each written in one go.
+template <DType kT>
+HWY_INLINE void StreamRowAs(const float* HWY_RESTRICT src, int64_t n, void* HWY_RESTRICT dst) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t i = 0; i < n; i += N) StoreVectorAs<kT, true>(d, hn::LoadU(d, src + i), dst, i);
+}
+
 HWY_INLINE void StoreRow(const float* HWY_RESTRICT src, int64_t n, DType t, void* dst) {
   ForDType(t, [&](auto tag) { StoreRowAs<decltype(tag)::value>(src, n, dst); });
 }

@@ -3,6 +3,7 @@
 #include "cgdr/plan.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <numeric>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/threads.h"
+#include "kernels/amx.h"
 #include "plan/scratch_layout.h"
 
 namespace cgdr {
@@ -47,23 +49,26 @@ int ProfileIndex(int chunk) {
 // token; chunking adds ~C/2 (3 Dk + 2 Dv) in-chunk FMAs per token (Q K^T,
 // Kb K^T, A Kb on Dk; A Vb, P Vnew on Dv) plus a per-chunk set-up and the
 // C^3/6 inverse, and runs the state products as blocked matrix products.
-CostTerms ModelTerms(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv) {
+CostTerms ModelTerms(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv, bool tiles) {
   CostTerms t;
   const double n = static_cast<double>(len), dk = static_cast<double>(dk_pad), v = static_cast<double>(dv);
   t.state = n * 3.0 * dk * v;
   if (chunk == 1) return t;
   const double panel = 64;  // the kernel's S panel on AVX-512 (PanelCols in kernels/gemm-inl.h)
   const bool fits_l1 = (chunk * dk + dk * panel) * 4.0 <= static_cast<double>(prof.l1_bytes);
-  if (!fits_l1) t.state *= prof.l1_miss_factor;
+  if (!fits_l1 && !tiles) t.state *= prof.l1_miss_factor;
   t.inchunk = n * 0.5 * chunk * (3.0 * dk + 2.0 * v);
   const double chunks = std::ceil(n / chunk);
   t.fixed = chunks * (prof.chunk_fixed_cost + static_cast<double>(chunk) * chunk * chunk / 6.0);
+  if (tiles) t.fixed += chunks * prof.amx_state_pass_cost * dk * v;
   return t;
 }
 
-double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv, Precision prec) {
+double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv, Precision prec,
+                 bool tiles) {
+  const CostTerms t = ModelTerms(prof, chunk, len, dk_pad, dv, tiles && chunk > 1);
+  if (tiles && chunk > 1) return (t.state + t.inchunk) * prof.amx_fma_cost[static_cast<int>(prec)] + t.fixed;
   const int i = ProfileIndex(chunk);
-  const CostTerms t = ModelTerms(prof, chunk, len, dk_pad, dv);
   const double products = chunk == 1 ? 1.0 : prof.precision_cost[static_cast<int>(prec)];
   return (t.state * prof.state_fma_cost[i] + t.inchunk * prof.inchunk_fma_cost[i]) * products + t.fixed;
 }
@@ -123,6 +128,92 @@ void FormGroups(const MachineProfile& prof, Plan* plan) {
 
 bool SequenceHasWork(const Problem& p, int64_t b) { return p.seq_lens[b] > 0 || p.want_final_state; }
 
+namespace {
+
+bool IsTileEngine(Engine e) { return e == Engine::kAmx || e == Engine::kAmxEmulated; }
+
+// A precision mode on an engine, for the chunked formulations.
+struct Mode {
+  Precision precision;
+  Engine engine;
+};
+struct Candidate {
+  int chunk;
+  Mode mode;
+  double cost = 0.0;
+};
+
+// The tile engine the options allow on this machine, or kVector: the
+// hardware where AMX is usable (amx.h) and the engine is auto or amx; the
+// emulation only when asked for by name.
+Engine TileEngine(const Options& o) {
+  if (o.engine == Engine::kAmxEmulated) return Engine::kAmxEmulated;
+  if ((o.engine == Engine::kAuto || o.engine == Engine::kAmx) && AmxHardwareEnabled()) return Engine::kAmx;
+  return Engine::kVector;
+}
+
+// The modes the chunked formulations may run in (docs/SPEC.md 6c). fp32 runs
+// on the vector units only. A bf16 mode runs on the tile engine where there
+// is one. auto: the modes whose error meets SPEC 6 for the call's dtype:
+// fp32, and for f16/bf16 inputs bf16x3 on tiles (within 2x the error of
+// rounding the answer to 16 bits; not on the vector units, where it costs
+// 6x fp32); the cost model then picks the faster.
+std::vector<Mode> ChunkedModes(const Problem& p) {
+  const Engine tiles = TileEngine(p.options);
+  switch (p.options.precision) {
+    case Precision::kFp32: return {Mode{Precision::kFp32, Engine::kVector}};
+    case Precision::kAuto: {
+      std::vector<Mode> modes{Mode{Precision::kFp32, Engine::kVector}};
+      if (p.dtype != DType::kF32 && tiles != Engine::kVector) modes.push_back(Mode{Precision::kBf16x3, tiles});
+      return modes;
+    }
+    default: return {Mode{p.options.precision, tiles}};
+  }
+}
+
+// Chunk sizes the planner weighs on an engine: the tiles amortise their
+// per-chunk passes over the state over longer chunks.
+std::vector<int> ChunkSizes(Engine e) {
+  if (IsTileEngine(e)) return {128, 64, 32, 16};
+  return {64, 32, 16};
+}
+
+// The engine and precision chosen, and why (`cgdr plan`).
+std::string EngineWhy(const Problem& p, const Plan& plan) {
+  std::string why = "engine " + std::string(IsTileEngine(plan.engine) ? EngineName(plan.engine) : "vector");
+  const Options& o = p.options;
+  if (plan.engine == Engine::kAmx) {
+    why += " (" + AmxHardware().why + ")";
+  } else if (plan.engine == Engine::kAmxEmulated) {
+    why += " (asked for: TDPBF16PS emulated, slow)";
+  } else if (plan.chunk == 1) {
+    why += " (C=1: FP32 products)";
+  } else if (plan.precision == Precision::kFp32) {
+    why += " (fp32 products: FMA; tiles multiply 16-bit operands)";
+  } else if (o.engine == Engine::kVector) {
+    why += " (asked for)";
+  } else {
+    why += " (" + (AmxHardwareEnabled() ? std::string("AMX off") : AmxHardware().why) + ")";
+  }
+  why += ", precision " + std::string(PrecisionName(plan.precision));
+  if (o.precision == Precision::kAuto) {
+    why += " (auto: ";
+    if (p.dtype == DType::kF32) {
+      why += "f32 inputs need 2e-5";
+    } else if (TileEngine(o) == Engine::kVector) {
+      why += "no tile engine for bf16x3";
+    } else {
+      why += plan.precision == Precision::kFp32 ? "fp32 cheaper here" : "bf16x3 within 2x of rounding to " + std::string(DTypeName(p.dtype));
+    }
+    why += ")";
+  } else if (plan.chunk == 1 && plan.precision != Precision::kFp32) {
+    why += " (C=1 keeps FP32 products)";
+  }
+  return why + "; ";
+}
+
+}  // namespace
+
 Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
   Plan out;
   out.problem = p;
@@ -137,29 +228,44 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
   // Threads: the option, else all this process may use (core/threads.h).
   out.threads = ResolveThreadCount(p.options.threads);
 
-  // Formulation: forced, or the cheapest under the cost model summed over sequences.
-  if (p.options.algo != Algo::kAuto) {
-    out.chunk = static_cast<int>(p.options.algo);
+  // Formulation, precision and engine together: the cheapest candidate under
+  // the cost model summed over sequences (ChunkedModes), or the forced C.
+  const std::vector<Mode> modes = ChunkedModes(p);
+  std::vector<Candidate> candidates;
+  const bool forced_c = p.options.algo != Algo::kAuto;
+  for (const Mode& m : modes) {
+    if (forced_c) {
+      if (p.options.algo != Algo::kRecurrent) candidates.push_back(Candidate{static_cast<int>(p.options.algo), m});
+      continue;
+    }
+    for (int c : ChunkSizes(m.engine)) candidates.push_back(Candidate{c, m});
+  }
+  if (!forced_c || p.options.algo == Algo::kRecurrent) {
+    // C = 1 keeps FP32 products in every mode, on the vector units.
+    const Precision shown = p.options.precision == Precision::kAuto ? Precision::kFp32 : p.options.precision;
+    candidates.push_back(Candidate{1, Mode{shown, Engine::kVector}});
+  }
+  const Candidate* best = nullptr;
+  std::string costs;
+  for (Candidate& cand : candidates) {
+    cand.cost = 0.0;
+    const bool tiles = IsTileEngine(cand.mode.engine);
+    for (int64_t len : p.seq_lens) cand.cost += ModelCost(prof, cand.chunk, len, out.dk_padded, p.Dv, cand.mode.precision, tiles);
+    costs += std::string(costs.empty() ? "" : " ") + "C" + std::to_string(cand.chunk) +
+             (modes.size() > 1 && cand.chunk > 1 ? "/" + std::string(PrecisionName(cand.mode.precision)) : "") + "=" +
+             ShortNumber(cand.cost);
+    if (best == nullptr || cand.cost < best->cost) best = &cand;
+  }
+  out.chunk = best->chunk;
+  out.precision = best->mode.precision;
+  out.engine = best->mode.engine;
+  if (forced_c && candidates.size() == 1) {
     why << "C=" << out.chunk << " forced; ";
   } else {
-    double best = 0.0;
-    std::string costs;
-    for (int c : {64, 32, 16, 1}) {
-      double cost = 0.0;
-      for (int64_t len : p.seq_lens) cost += ModelCost(prof, c, len, out.dk_padded, p.Dv, p.options.precision);
-      costs += (c == 64 ? "C" : " C") + std::to_string(c) + "=" + ShortNumber(cost);
-      if (c == 64 || cost < best) {
-        best = cost;
-        out.chunk = c;
-      }
-    }
-    why << "C=" << out.chunk << " cheapest by model (cost in FMA times: " << costs;
-    if (p.options.precision != Precision::kFp32) {
-      why << "; C>1 products in " << PrecisionName(p.options.precision) << " cost "
-          << ShortNumber(prof.precision_cost[static_cast<int>(p.options.precision)]) << "x fp32's";
-    }
-    why << "; profile: " << prof.source << "); ";
+    why << "C=" << out.chunk << (forced_c ? " forced, " : " ") << "cheapest by model (cost in FMA times: " << costs
+        << "; profile: " << prof.source << "); ";
   }
+  why << EngineWhy(p, out);
 
   // V tile width: all of Dv if it fits the cache budget; narrower tiles only
   // to fit, or when (sequence, head) items are fewer than threads (seeds 001 s.4).
@@ -186,11 +292,6 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
   out.v_step = w;
   out.v_tiles = (p.Dv + w - 1) / w;
   out.working_set_bytes = WorkingSetBytes(out.chunk, out.dk_padded, w);
-  out.precision = p.options.precision;
-  if (out.precision != Precision::kFp32) {
-    why << "precision " << PrecisionName(out.precision)
-        << (out.chunk > 1 ? " (bf16 pair products)" : " (C=1 keeps FP32 products)") << "; ";
-  }
   why << "vStep=" << w << " (" << out.v_tiles << " tiles, working set " << out.working_set_bytes << " B of "
       << prof.cache_budget_bytes << " B budget)";
 
@@ -234,6 +335,11 @@ Status CheckPlan(const Plan& plan) {
   if (plan.threads < 1) return fail("threads " + std::to_string(plan.threads));
   if (plan.group_items < 1 || plan.group_items > kMaxGroupItems) return fail("group_items " + std::to_string(plan.group_items));
   if (plan.stream_out && plan.chunk == 1) return fail("stream_out with chunk 1 (C = 1 writes out token by token)");
+  if (plan.precision == Precision::kAuto || plan.engine == Engine::kAuto) return fail("precision or engine unresolved (auto)");
+  if (IsTileEngine(plan.engine) && (plan.chunk == 1 || plan.precision == Precision::kFp32)) {
+    return fail("tile engine with chunk " + std::to_string(plan.chunk) + " and precision " + PrecisionName(plan.precision));
+  }
+  if (plan.engine == Engine::kAmx && !AmxHardwareEnabled()) return fail("engine amx where AMX is not usable");
   if (plan.scratch_bytes_per_thread < KernelScratch(plan).bytes()) {
     return fail("scratch smaller than the kernel's layout");
   }
@@ -302,6 +408,13 @@ Status CheckPlan(const Plan& plan) {
   return Status::Ok();
 }
 
+std::string PlanEngineName(const Plan& plan) {
+  if (plan.engine != Engine::kVector) return EngineName(plan.engine);
+  std::string target = ActiveTarget();
+  for (char& ch : target) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return target;
+}
+
 std::string PlanToString(const Plan& plan) {
   const Problem& p = plan.problem;
   std::ostringstream os;
@@ -312,7 +425,7 @@ std::string PlanToString(const Plan& plan) {
      << " dk_padded=" << plan.dk_padded << " vStep=" << plan.v_step << " vTiles=" << plan.v_tiles
      << " items=" << plan.items.size() << " group=" << plan.group_items << " stream_out=" << plan.stream_out
      << " threads=" << plan.threads
-     << " precision=" << PrecisionName(plan.precision) << " scratch_per_thread=" << plan.scratch_bytes_per_thread << "B target=" << ActiveTarget() << "\n";
+     << " precision=" << PrecisionName(plan.precision) << " engine=" << PlanEngineName(plan) << " scratch_per_thread=" << plan.scratch_bytes_per_thread << "B target=" << ActiveTarget() << "\n";
   os << "why: " << plan.why << "\n";
   int64_t smallest = plan.groups() ? plan.group_items : 0, largest = 0;
   for (int64_t g = 0; g < plan.groups(); ++g) {

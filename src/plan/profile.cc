@@ -49,6 +49,15 @@ MachineProfile LoadProfile() {
         if (!(read.precision_cost[i] > 0.0) || !std::isfinite(read.precision_cost[i])) return prof;
       }
     }
+    if (j.contains("amx_fma_cost")) {  // optional: written by `cgdr tune` since the AMX engine
+      const auto& ac = j.at("amx_fma_cost");
+      for (int i = 1; i < 4; ++i) {
+        read.amx_fma_cost[i] = ac.at(i).get<double>();
+        if (!(read.amx_fma_cost[i] > 0.0) || !std::isfinite(read.amx_fma_cost[i])) return prof;
+      }
+      read.amx_state_pass_cost = j.value("amx_state_pass_cost", prof.amx_state_pass_cost);
+      if (!(read.amx_state_pass_cost >= 0.0) || !std::isfinite(read.amx_state_pass_cost)) return prof;
+    }
     if (read.cache_budget_bytes < (64 << 10)) return prof;
     read.source = path;
     return read;

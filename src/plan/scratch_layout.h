@@ -23,6 +23,9 @@ constexpr int64_t kMaxRowsPerStep = 128;  // the largest chunk (C = 128)
 constexpr int64_t kMaxPanelCols = 80;
 // Per-chunk vectors of c_pad floats in ScratchLayout::vec (kernels' ChunkVectors).
 constexpr int64_t kChunkVectors = 8;
+// AMX tiles (kernels/amx.h): C tiles of 16 x 16 FP32, k in steps of 32 bf16.
+constexpr int64_t kAmxN = 16;
+constexpr int64_t kAmxK = 32;
 
 struct ScratchLayout {
   // Panel widths (floats): K side padded to dk_pad, V side to w_pad, chunk to c_pad.
@@ -53,10 +56,26 @@ struct ScratchLayout {
   // as bf16 pairs along k, hi and lo parts, for up to two segments.
   int64_t pack = 0;        // [2 segments][A hi, A lo, B hi, B lo] of pack_part words each
   int64_t pack_part = 0;   // 32-bit words per part (0 for fp32)
+  // The V-side buffers' panel width (0: the vector kernels' own, PanelCols()).
+  // The AMX engine (kernels/amx_chunk.cc) keeps them row-major (one panel of
+  // w_pad): its C tiles are 16 rows of 64 bytes anywhere, and rows convert
+  // from and to the caller's dtype in one pass. Then its bf16 tile operands,
+  // each a hi plane and a lo plane of *_plane words.
+  int64_t panel_cols = 0;
+  int64_t amx_ck = 0, amx_dk = 0;  // the chunk and Dk as contractions: multiples of kAmxK (32)
+  // Per key head: K and Q as A operands [c_pad x amx_dk], K^T as B [amx_dk x c_pad].
+  int64_t amx_ka = 0, amx_qa = 0, amx_ktb = 0, amx_cd_plane = 0;
+  // Per value head: A = (I + L)^-1 and P as A operands [c_pad x amx_ck];
+  // K^T diag(e^(G_last - G)) as A [dk_pad x amx_ck].
+  int64_t amx_attn = 0, amx_p = 0, amx_cc_plane = 0, amx_kta = 0, amx_kta_plane = 0;
+  // Per item: S as B [amx_dk x w_pad]; X and Vnew as B [amx_ck x w_pad].
+  int64_t amx_s = 0, amx_s_plane = 0, amx_x = 0, amx_v = 0, amx_cw_plane = 0;
+  int64_t amx_flags = 0;  // which operands have a nonzero lo plane (one word each)
   int64_t total = 0;    // floats
 
   ScratchLayout() = default;
-  ScratchLayout(int64_t chunk, int64_t dk_padded, int64_t v_width, int64_t state_tiles = 1, bool packed = false) {
+  ScratchLayout(int64_t chunk, int64_t dk_padded, int64_t v_width, int64_t state_tiles = 1, bool packed = false,
+                bool amx = false) {
     c = RowsPerStep(chunk);
     states = state_tiles;
     c_pad = RoundUp(c, kLaneMultiple);
@@ -92,6 +111,26 @@ struct ScratchLayout {
       pack_part = RoundUp(m * (m / 2 + 1), kScratchAlignFloats);
       pack = take(8 * pack_part);
     }
+    if (amx) {
+      panel_cols = w_pad;  // one panel: row-major
+      amx_ck = RoundUp(c, kAmxK);
+      amx_dk = RoundUp(dk_pad, kAmxK);
+      amx_cd_plane = c_pad * amx_dk / 2;  // words: bf16 pairs
+      amx_ka = take(2 * amx_cd_plane);
+      amx_qa = take(2 * amx_cd_plane);
+      amx_ktb = take(2 * amx_cd_plane);
+      amx_cc_plane = c_pad * amx_ck / 2;
+      amx_attn = take(2 * amx_cc_plane);
+      amx_p = take(2 * amx_cc_plane);
+      amx_kta_plane = dk_pad * amx_ck / 2;
+      amx_kta = take(2 * amx_kta_plane);
+      amx_s_plane = amx_dk / 2 * w_pad;
+      amx_s = take(2 * amx_s_plane);
+      amx_cw_plane = amx_ck / 2 * w_pad;
+      amx_x = take(2 * amx_cw_plane);
+      amx_v = take(2 * amx_cw_plane);
+      amx_flags = take(kScratchAlignFloats);
+    }
     total = at;
   }
   int64_t bytes() const { return total * 4 + 64; }  // +64: alignment slack of the base
@@ -99,12 +138,20 @@ struct ScratchLayout {
   float* StateTile(float* base, int64_t i) const { return base + state + i * tile_floats(); }
 };
 
-// The layout the kernel carves for a plan (bf16 pack buffers for the chunked
-// products in the bf16 modes): the planner sizes scratch_bytes_per_thread by
-// it, CheckPlan checks that size against it, and the kernel uses it.
+// Whether the plan's chunked products run on the AMX engine's tiles
+// (hardware or emulated).
+inline bool RunsOnTiles(const Plan& plan) {
+  return plan.chunk > 1 && (plan.engine == Engine::kAmx || plan.engine == Engine::kAmxEmulated);
+}
+
+// The layout the kernel carves for a plan (bf16 pack buffers for the vector
+// kernels' chunked products in the bf16 modes, tile operands for the AMX
+// engine): the planner sizes scratch_bytes_per_thread by it, CheckPlan checks
+// that size against it, and the kernel uses it.
 inline ScratchLayout KernelScratch(const Plan& plan) {
-  const bool packed = plan.precision != Precision::kFp32 && plan.chunk > 1;
-  return ScratchLayout(plan.chunk, plan.dk_padded, plan.v_step, plan.group_items, packed);
+  const bool tiles = RunsOnTiles(plan);
+  const bool packed = plan.precision != Precision::kFp32 && plan.chunk > 1 && !tiles;
+  return ScratchLayout(plan.chunk, plan.dk_padded, plan.v_step, plan.group_items, packed, tiles);
 }
 
 }  // namespace cgdr

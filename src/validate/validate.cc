@@ -100,10 +100,18 @@ Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Proble
     case Precision::kBf16:
     case Precision::kBf16x3:
     case Precision::kBf16x4:
+    case Precision::kAuto:
       break;
     default:
-      return Status::Invalid(Cat("options.precision: expected fp32, bf16, bf16x3 or bf16x4, got value ",
+      return Status::Invalid(Cat("options.precision: expected fp32, bf16, bf16x3, bf16x4 or auto, got value ",
                                  static_cast<int>(opt.precision)));
+  }
+  switch (opt.engine) {
+    case Engine::kAuto: case Engine::kVector: case Engine::kAmx: case Engine::kAmxEmulated:
+      break;
+    default:
+      return Status::Invalid(Cat("options.engine: expected auto, vector, amx or amx-emu, got value ",
+                                 static_cast<int>(opt.engine)));
   }
   if (opt.v_step < 0 || opt.v_step > kMaxHeadDim) {
     return Status::Invalid(Cat("options.v_step: expected 0 (auto) .. ", kMaxHeadDim, ", got ", opt.v_step));

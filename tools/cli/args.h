@@ -14,6 +14,13 @@
 
 namespace cgdr::cli {
 
+// The first error of a chain of steps.
+#define CGDR_CLI_TRY(expr)     \
+  do {                         \
+    const Status st_ = (expr); \
+    if (!st_.ok()) return st_; \
+  } while (0)
+
 class Args {
  public:
   // `valued` flags take a value, `switches` do not; --help / -h is always a switch.

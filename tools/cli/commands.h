@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cgdr/cgdr.hpp"
+#include "core/synthetic.h"
 
 namespace cgdr {
 
@@ -29,6 +30,15 @@ int PlanMain(int argc, char** argv);      // main.cc
 int MakeCaseMain(int argc, char** argv);  // main.cc (hidden: test helper)
 int CheckMain(int argc, char** argv);     // main.cc (hidden: test helper)
 int DemoMain(int argc, char** argv);      // demo.cc
+int GoldenMain(int argc, char** argv);    // golden.cc
+int CompareMain(int argc, char** argv);   // golden.cc
+
+class Args;
+// A float dtype flag (f16, bf16, f32); `def` when absent.
+Status ParseFloatDType(const Args& a, const char* flag, DType def, DType* out);
+// The synthetic case flags of make-case (and golden --generate): --t/--lens, --nk, --nv, --dk, --dv, --dtype,
+// --state-dtype, --g-dtype, --layout, --no-g, --no-state, --l2norm, --scale, --seed; `defaults` when absent.
+Status ParseCaseSpec(const Args& a, const CaseSpec& defaults, CaseSpec* spec);
 
 // `cgdr run` as a function: load the case, allocate outputs, Run, write the
 // result atomically. Nothing is written unless every step before succeeded.
@@ -36,7 +46,8 @@ struct RunRequest {
   std::string input, output;
   int threads = 0;
   Algo algo = Algo::kAuto;
-  Precision precision = Precision::kFp32;
+  Precision precision = Precision::kAuto;
+  Engine engine = Engine::kAuto;
   bool check_values = false;
   bool quiet = false;  // no summary line on success
 };

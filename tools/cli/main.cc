@@ -25,11 +25,11 @@ const char kUsage[] =
     "\n"
     "commands:\n"
     "  run    --input CASE.safetensors --output RESULT.safetensors [--threads N]\n"
-    "         [--algo auto|recurrent|chunk16|chunk32|chunk64] [--precision fp32|bf16|bf16x3|bf16x4]\n"
-    "         [--check-values] [--quiet]\n"
+    "         [--algo auto|recurrent|chunk16|chunk32|chunk64] [--precision auto|fp32|bf16|bf16x3|bf16x4]\n"
+    "         [--engine auto|vector|amx|amx-emu] [--check-values] [--quiet]\n"
     "         Run one case file (SPEC 7) and write `out` and `final_state` atomically.\n"
     "  plan   --t T --nk NK --nv NV --dk DK --dv DV [--b B] [--threads N]\n"
-    "         [--dtype f16|bf16|f32] [--algo ...]\n"
+    "         [--dtype f16|bf16|f32] [--algo ...] [--precision ...] [--engine ...]\n"
     "         Print the plan for a shape (B sequences splitting T evenly).\n"
     "  bench  [--shape ROW] [--t T] [--threads N] [--json FILE] ...\n"
     "         Benchmark (SPEC 8); see 'cgdr bench --help'.\n"
@@ -37,6 +37,11 @@ const char kUsage[] =
     "  demo   [--t T] [--threads N] [--algo ...] [--dir DIR]\n"
     "         A synthetic Qwen3-Next case (Nk=16 Nv=32 Dk=Dv=128 f16, T=2048): write it,\n"
     "         run it as 'cgdr run' does, time it and check it against the FP64 reference.\n"
+    "  golden --input CASE --out DIR | --generate [--dist ...] --out DIR\n"
+    "         Golden and benchmark (the NPU's precision profile) results of a case in its own file\n"
+    "         kind (safetensors, .npy directory, .bin manifest); see 'cgdr golden --help'.\n"
+    "  compare --golden G --benchmark B --actual A [--case CASE] [--level L1] [--json]\n"
+    "         The verdict on an NPU result by Ascend's precision standard; see 'cgdr compare --help'.\n"
     "  help   This text; 'cgdr help COMMAND' (or 'cgdr COMMAND --help') for one command.\n"
     "\n"
     "exit status: 0 success; 1 a check failed; 2 bad input or usage, with one line on stderr\n"
@@ -45,7 +50,7 @@ const char kUsage[] =
 const char kRunUsage[] =
     "usage: cgdr run --input CASE.safetensors --output RESULT.safetensors [--threads N]\n"
     "                [--algo auto|recurrent|chunk16|chunk32|chunk64] [--check-values]\n"
-    "                [--precision fp32|bf16|bf16x3|bf16x4] [--quiet]\n"
+    "                [--precision auto|fp32|bf16|bf16x3|bf16x4] [--engine auto|vector|amx|amx-emu] [--quiet]\n"
     "  CASE: tensors query, key, value, beta, seq_lens (int32), optional g and initial_state\n"
     "        (out and final_state may ride along, ignored); metadata scale, state_layout (vk|kv),\n"
     "        use_qk_l2norm (true|false). Header: at most 100 MiB, 1048576 tensors, rank 8.\n"
@@ -55,14 +60,17 @@ const char kRunUsage[] =
     "  On success one line on stdout: the plan, the time of the run (ms), tokens/s.\n"
     "  --quiet         print nothing on success.\n"
     "  --check-values  also reject NaN/Inf inputs and g > 0 (SPEC 3).\n"
-    "  --precision     products of the chunked formulations: fp32 (default); bf16 (operands\n"
-    "                  rounded to bf16, FP32 accumulation); bf16x3/bf16x4 (hi/lo split,\n"
-    "                  compensated). On vdpbf16ps where the CPU has AVX512_BF16.\n";
+    "  --precision     products of the chunked formulations: auto (default: the fastest mode\n"
+    "                  that meets SPEC 6 for the dtype: bf16x3 on AMX for f16/bf16 inputs,\n"
+    "                  else fp32); fp32; bf16 (operands rounded to bf16, FP32 accumulation);\n"
+    "                  bf16x3/bf16x4 (hi/lo split, compensated).\n"
+    "  --engine        where bf16 products run: auto (default: AMX tiles where the CPU has\n"
+    "                  them, else the vector units), vector, amx, amx-emu (TDPBF16PS emulated).\n";
 
 const char kPlanUsage[] =
     "usage: cgdr plan --t T --nk NK --nv NV --dk DK --dv DV [--b B] [--threads N]\n"
     "                 [--dtype f16|bf16|f32] [--algo auto|recurrent|chunk16|chunk32|chunk64]\n"
-    "                 [--precision fp32|bf16|bf16x3|bf16x4]\n"
+    "                 [--precision auto|fp32|bf16|bf16x3|bf16x4] [--engine auto|vector|amx|amx-emu]\n"
     "  B sequences (default 1) split T evenly; g and initial_state present.\n";
 
 const char kMakeCaseUsage[] =
@@ -99,37 +107,24 @@ Status ParseAlgoFlag(const Args& a, Algo* algo) {
 }
 
 Status ParsePrecisionFlag(const Args& a, Precision* prec) {
-  const std::string s = a.Get("--precision", "fp32");
+  const std::string s = a.Get("--precision", "auto");
   if (!ParsePrecision(s, prec)) {
-    return Status::Invalid("--precision: expected fp32, bf16, bf16x3 or bf16x4, got '" + s + "'");
+    return Status::Invalid("--precision: expected auto, fp32, bf16, bf16x3 or bf16x4, got '" + s + "'");
   }
   return Status::Ok();
 }
 
-Status ParseFloatDType(const Args& a, const char* flag, DType def, DType* out) {
-  if (!a.Has(flag)) {
-    *out = def;
-    return Status::Ok();
-  }
-  const std::string s = a.Get(flag);
-  if (!ParseDType(s, out) || *out == DType::kI32) {
-    return Status::Invalid(std::string(flag) + ": expected f16, bf16 or f32, got '" + s + "'");
-  }
+Status ParseEngineFlag(const Args& a, Engine* engine) {
+  const std::string s = a.Get("--engine", "auto");
+  if (!ParseEngine(s, engine)) return Status::Invalid("--engine: expected auto, vector, amx or amx-emu, got '" + s + "'");
   return Status::Ok();
 }
-
-// The first error of a chain of steps.
-#define CGDR_CLI_TRY(expr)     \
-  do {                         \
-    const Status st_ = (expr); \
-    if (!st_.ok()) return st_; \
-  } while (0)
 
 // ---- run -------------------------------------------------------------------
 
 Status ParseRun(int argc, char** argv, RunRequest* req, bool* help) {
   Args a;
-  CGDR_CLI_TRY(a.Parse("run", argc, argv, {"--input", "--output", "--threads", "--algo", "--precision"},
+  CGDR_CLI_TRY(a.Parse("run", argc, argv, {"--input", "--output", "--threads", "--algo", "--precision", "--engine"},
                        {"--check-values", "--quiet"}));
   if ((*help = MaybeHelp(a, kRunUsage))) return Status::Ok();
   CGDR_CLI_TRY(a.Require("--input", &req->input));
@@ -139,6 +134,7 @@ Status ParseRun(int argc, char** argv, RunRequest* req, bool* help) {
   req->threads = static_cast<int>(threads);
   CGDR_CLI_TRY(ParseAlgoFlag(a, &req->algo));
   CGDR_CLI_TRY(ParsePrecisionFlag(a, &req->precision));
+  CGDR_CLI_TRY(ParseEngineFlag(a, &req->engine));
   req->check_values = a.Has("--check-values");
   req->quiet = a.Has("--quiet");
   return Status::Ok();
@@ -166,6 +162,7 @@ Status ParsePlanProblem(const Args& a, Problem* p) {
   p->options.threads = static_cast<int>(v);
   CGDR_CLI_TRY(ParseAlgoFlag(a, &p->options.algo));
   CGDR_CLI_TRY(ParsePrecisionFlag(a, &p->options.precision));
+  CGDR_CLI_TRY(ParseEngineFlag(a, &p->options.engine));
   CGDR_CLI_TRY(ParseFloatDType(a, "--dtype", DType::kF16, &p->dtype));
   p->has_g = true;
   p->has_initial_state = true;
@@ -179,39 +176,19 @@ Status ParsePlanProblem(const Args& a, Problem* p) {
 
 // ---- make-case -------------------------------------------------------------
 
-Status ParseCaseSpec(const Args& a, CaseSpec* spec) {
-  int64_t v = 0;
-  std::vector<int64_t> lens;
-  if (a.Has("--lens")) {
-    CGDR_CLI_TRY(a.IntList("--lens", 0, 1 << 24, &lens));
-  } else {
-    CGDR_CLI_TRY(a.Int("--t", 0, 1 << 24, 16, &v));
-    lens = {v};
-  }
-  spec->lens.assign(lens.begin(), lens.end());
-  CGDR_CLI_TRY(a.Int("--nk", 1, 256, 2, &spec->Nk));
-  CGDR_CLI_TRY(a.Int("--nv", 1, 256, 4, &spec->Nv));
-  CGDR_CLI_TRY(a.Int("--dk", 1, kMaxHeadDim, 16, &spec->Dk));
-  CGDR_CLI_TRY(a.Int("--dv", 1, kMaxHeadDim, 16, &spec->Dv));
-  CGDR_CLI_TRY(ParseFloatDType(a, "--dtype", DType::kF32, &spec->dtype));
-  CGDR_CLI_TRY(ParseFloatDType(a, "--state-dtype", spec->dtype, &spec->state_dtype));
-  CGDR_CLI_TRY(ParseFloatDType(a, "--g-dtype", DType::kF32, &spec->g_dtype));
-  const std::string layout = a.Get("--layout", "vk");
-  if (layout != "vk" && layout != "kv") return Status::Invalid("--layout: expected vk or kv, got '" + layout + "'");
-  spec->layout = layout == "kv" ? StateLayout::kKV : StateLayout::kVK;
-  spec->has_g = !a.Has("--no-g");
-  spec->has_initial_state = !a.Has("--no-state");
-  spec->use_qk_l2norm = a.Has("--l2norm");
-  if (a.Has("--scale")) {
-    const std::string s = a.Get("--scale");
-    char* end = nullptr;
-    spec->scale = std::strtod(s.c_str(), &end);
-    if (s.empty() || *end != '\0' || !std::isfinite(spec->scale))
-      return Status::Invalid("--scale: expected a number, got '" + s + "'");
-  }
-  CGDR_CLI_TRY(a.Int("--seed", 0, INT64_MAX, 1, &v));
-  spec->seed = static_cast<uint64_t>(v);
-  return Status::Ok();
+// make-case's shapes when not given: tiny, f32.
+CaseSpec MakeCaseDefaults() {
+  CaseSpec d;
+  d.lens = {16};
+  d.Nk = 2;
+  d.Nv = 4;
+  d.Dk = 16;
+  d.Dv = 16;
+  d.dtype = DType::kF32;
+  d.state_dtype = DType::kF32;
+  d.g_dtype = DType::kF32;
+  d.seed = 1;
+  return d;
 }
 
 // Rewrites the tensors / metadata of a good case into one known bad way.
@@ -252,7 +229,7 @@ Status MakeCaseFile(int argc, char** argv, bool* help) {
   std::string path;
   CGDR_CLI_TRY(a.Require("--out", &path));
   CaseSpec spec;
-  CGDR_CLI_TRY(ParseCaseSpec(a, &spec));
+  CGDR_CLI_TRY(ParseCaseSpec(a, MakeCaseDefaults(), &spec));
   Case c = MakeCase(spec);
   std::vector<SafetensorsWriteTensor> tensors = CaseTensors(c.inputs());
   std::map<std::string, std::string> md = CaseMetadata(c.options());
@@ -293,6 +270,54 @@ Status CheckArgs(int argc, char** argv, std::string* input, std::string* result,
 
 }  // namespace
 
+Status ParseFloatDType(const Args& a, const char* flag, DType def, DType* out) {
+  if (!a.Has(flag)) {
+    *out = def;
+    return Status::Ok();
+  }
+  const std::string s = a.Get(flag);
+  if (!ParseDType(s, out) || *out == DType::kI32) {
+    return Status::Invalid(std::string(flag) + ": expected f16, bf16 or f32, got '" + s + "'");
+  }
+  return Status::Ok();
+}
+
+Status ParseCaseSpec(const Args& a, const CaseSpec& defaults, CaseSpec* spec) {
+  int64_t v = 0;
+  std::vector<int64_t> lens;
+  if (a.Has("--lens")) {
+    CGDR_CLI_TRY(a.IntList("--lens", 0, 1 << 24, &lens));
+  } else {
+    CGDR_CLI_TRY(a.Int("--t", 0, 1 << 24, defaults.lens.empty() ? 0 : defaults.lens[0], &v));
+    lens = {v};
+  }
+  spec->lens.assign(lens.begin(), lens.end());
+  CGDR_CLI_TRY(a.Int("--nk", 1, 256, defaults.Nk, &spec->Nk));
+  CGDR_CLI_TRY(a.Int("--nv", 1, 256, defaults.Nv, &spec->Nv));
+  CGDR_CLI_TRY(a.Int("--dk", 1, kMaxHeadDim, defaults.Dk, &spec->Dk));
+  CGDR_CLI_TRY(a.Int("--dv", 1, kMaxHeadDim, defaults.Dv, &spec->Dv));
+  CGDR_CLI_TRY(ParseFloatDType(a, "--dtype", defaults.dtype, &spec->dtype));
+  const DType state_default = a.Has("--dtype") ? spec->dtype : defaults.state_dtype;
+  CGDR_CLI_TRY(ParseFloatDType(a, "--state-dtype", state_default, &spec->state_dtype));
+  CGDR_CLI_TRY(ParseFloatDType(a, "--g-dtype", defaults.g_dtype, &spec->g_dtype));
+  const std::string layout = a.Get("--layout", "vk");
+  if (layout != "vk" && layout != "kv") return Status::Invalid("--layout: expected vk or kv, got '" + layout + "'");
+  spec->layout = layout == "kv" ? StateLayout::kKV : StateLayout::kVK;
+  spec->has_g = !a.Has("--no-g");
+  spec->has_initial_state = !a.Has("--no-state");
+  spec->use_qk_l2norm = a.Has("--l2norm");
+  if (a.Has("--scale")) {
+    const std::string s = a.Get("--scale");
+    char* end = nullptr;
+    spec->scale = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0' || !std::isfinite(spec->scale))
+      return Status::Invalid("--scale: expected a number, got '" + s + "'");
+  }
+  CGDR_CLI_TRY(a.Int("--seed", 0, INT64_MAX, static_cast<int64_t>(defaults.seed), &v));
+  spec->seed = static_cast<uint64_t>(v);
+  return Status::Ok();
+}
+
 int ReportError(const Status& s) {
   std::fprintf(stderr, "cgdr: error: %s\n", OneLine(s.message()).c_str());
   return kExitError;
@@ -304,6 +329,7 @@ Status RunCaseFile(const RunRequest& req, RunReport* report) {
   c.options.threads = req.threads;
   c.options.algo = req.algo;
   c.options.precision = req.precision;
+  c.options.engine = req.engine;
   c.options.check_values = req.check_values;
   OutputBuffers out;
   if (Status s = PrepareOutputs(c.inputs, c.options, &out); !s.ok()) return Status(s.code(), Prefixed(req.input, s));
@@ -374,7 +400,8 @@ int PlanMain(int argc, char** argv) {
   Args a;
   Problem p;
   if (Status s = a.Parse("plan", argc, argv,
-                         {"--t", "--nk", "--nv", "--dk", "--dv", "--b", "--threads", "--dtype", "--algo", "--precision"},
+                         {"--t", "--nk", "--nv", "--dk", "--dv", "--b", "--threads", "--dtype", "--algo", "--precision",
+                          "--engine"},
                          {});
       !s.ok()) {
     return ReportError(s);
@@ -412,9 +439,9 @@ struct Command {
   const char* name;
   int (*main)(int, char**);
 };
-constexpr Command kCommands[] = {{"run", RunMain},         {"plan", PlanMain}, {"bench", cgdr::BenchMain},
-                                 {"tune", cgdr::TuneMain}, {"demo", DemoMain}, {"make-case", MakeCaseMain},
-                                 {"check", CheckMain}};
+constexpr Command kCommands[] = {{"run", RunMain},         {"plan", PlanMain},        {"bench", cgdr::BenchMain},
+                                 {"tune", cgdr::TuneMain}, {"demo", DemoMain},        {"golden", GoldenMain},
+                                 {"compare", CompareMain}, {"make-case", MakeCaseMain}, {"check", CheckMain}};
 
 const Command* FindCommand(const std::string& name) {
   for (const auto& c : kCommands) {
@@ -431,8 +458,8 @@ int HelpMain(int argc, char** argv) {
   }
   const Command* c = FindCommand(argv[0]);
   if (argc > 1 || c == nullptr) {
-    return ReportError(Status::Invalid(Cat("'cgdr help' takes one command name (run, plan, bench, tune, demo), got '",
-                                           argc > 1 ? argv[1] : argv[0], "'")));
+    return ReportError(Status::Invalid(Cat("'cgdr help' takes one command name (run, plan, bench, tune, demo, golden, ",
+                                           "compare), got '", PrintableName(argc > 1 ? argv[1] : argv[0]), "'")));
   }
   char help_flag[] = "--help";
   char* args[] = {help_flag, nullptr};

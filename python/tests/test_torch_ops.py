@@ -1,0 +1,129 @@
+"""cgdr's torch custom ops (torch >= 2.4): torch.ops.cgdr.chunk_gated_delta_rule
+and torch.ops.cgdr.recurrent_step, their fake implementations, and
+torch.compile(fullgraph=True) of modules that call them. On older torch the
+same functions run eagerly."""
+import pytest
+import torch
+
+import cgdr
+import cgdr.torch as ct
+from _helpers import f64, rel_err
+
+needs_ops = pytest.mark.skipif(not ct.HAS_CUSTOM_OPS,
+                               reason=f"torch {torch.__version__} has no torch.library.custom_op")
+
+
+def inputs(B=2, T=37, H=2, HV=4, K=16, V=24, seed=7):
+    gen = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(B, T, H, K, generator=gen), torch.randn(B, T, H, K, generator=gen)
+    v = torch.randn(B, T, HV, V, generator=gen)
+    g = -torch.rand(B, T, HV, generator=gen) * 0.3
+    beta = torch.rand(B, T, HV, generator=gen) * 0.9 + 0.05
+    h0 = torch.rand(B, HV, K, V, generator=gen) - 0.5
+    return q, k, v, g, beta, h0
+
+
+def test_wrappers_match_the_package_entry_points():
+    """Through the op (or eagerly on old torch): the same bits as cgdr.chunk_gated_delta_rule / recurrent_step."""
+    q, k, v, g, beta, h0 = inputs()
+    o, s = ct.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                     use_qk_l2norm_in_kernel=True)
+    ro, rs = cgdr.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                         use_qk_l2norm_in_kernel=True)
+    assert torch.equal(o, ro) and torch.equal(s, rs)
+    assert ct.chunk_gated_delta_rule(q, k, v, g, beta)[1] is None
+    pool, pool2 = h0.clone(), h0.clone()
+    idx = torch.tensor([1, -1], dtype=torch.int32)
+    out = ct.recurrent_step(q[:, 0], k[:, 0], v[:, 0], beta[:, 0], pool, idx, g=g[:, 0])
+    ref = cgdr.recurrent_step(q[:, 0], k[:, 0], v[:, 0], beta[:, 0], pool2, idx, g=g[:, 0])
+    assert torch.equal(out, ref) and torch.equal(pool, pool2) and not torch.equal(pool, h0)
+
+
+@needs_ops
+def test_ops_are_registered_with_fake_kernels():
+    q, k, v, g, beta, h0 = inputs()
+    assert hasattr(torch.ops.cgdr, "chunk_gated_delta_rule") and hasattr(torch.ops.cgdr, "recurrent_step")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    mode = FakeTensorMode()
+    fq, fk, fv, fb = (mode.from_tensor(x.to(torch.bfloat16)) for x in (q, k, v, beta))
+    fg, cu = mode.from_tensor(g), mode.from_tensor(torch.tensor([0, 5, 37]))
+    with mode:
+        o, s = torch.ops.cgdr.chunk_gated_delta_rule(fq, fk, fv, fg, fb, None, None, None, True, True)
+        assert o.shape == (2, 37, 4, 24) and o.dtype == torch.bfloat16
+        assert s.shape == (2, 4, 24, 16) and s.dtype == torch.float32  # state_v_first: [N, HV, V, K]
+        _, s = torch.ops.cgdr.chunk_gated_delta_rule(fq[:1], fk[:1], fv[:1], fg[:1], fb[:1], None, None, cu, True,
+                                                     False)
+        assert s.shape == (2, 4, 16, 24)
+
+
+@needs_ops
+def test_opcheck():
+    """torch.library.opcheck: schema, fake kernel, declared mutation (state_pool) and dispatch agree."""
+    q, k, v, g, beta, h0 = inputs(T=9)
+    torch.library.opcheck(torch.ops.cgdr.chunk_gated_delta_rule, (q, k, v, g, beta, 0.3, h0, None, True, False))
+    torch.library.opcheck(torch.ops.cgdr.chunk_gated_delta_rule,
+                          (q[:1], k[:1], v[:1], None, beta[:1], None, None, torch.tensor([0, 4, 9]), False, True))
+    torch.library.opcheck(torch.ops.cgdr.recurrent_step,
+                          (q[:, 0], k[:, 0], v[:, 0], beta[:, 0], h0.clone(), torch.tensor([1, 0], dtype=torch.int32),
+                           g[:, 0], None, True, False))
+
+
+class Block(torch.nn.Module):
+    """A toy gated-delta-rule block: projections around the op, prefill then one decode step."""
+
+    def __init__(self, D=32, H=2, HV=4, K=16, V=8):
+        super().__init__()
+        self.H, self.HV, self.K, self.V = H, HV, K, V
+        self.qk = torch.nn.Linear(D, 2 * H * K)
+        self.vbg = torch.nn.Linear(D, HV * (V + 2))
+        self.out = torch.nn.Linear(HV * V, D)
+
+    def split(self, x):
+        B, T, _ = x.shape
+        q, k = self.qk(x).view(B, T, 2, self.H, self.K).unbind(2)
+        vbg = self.vbg(x).view(B, T, self.HV, self.V + 2)
+        v, b, a = vbg[..., :self.V], vbg[..., self.V], vbg[..., self.V + 1]
+        return q, k, v, -torch.nn.functional.softplus(a), torch.sigmoid(b)
+
+    def forward(self, x, x_next):
+        q, k, v, g, beta = self.split(x)
+        o, state = ct.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True, use_qk_l2norm_in_kernel=True)
+        q1, k1, v1, g1, b1 = self.split(x_next)
+        rows = torch.arange(x.shape[0], dtype=torch.int32)
+        o1 = ct.recurrent_step(q1[:, 0], k1[:, 0], v1[:, 0], b1[:, 0], state, rows, g=g1[:, 0],
+                               use_qk_l2norm_in_kernel=True)
+        y = torch.cat([o, o1.unsqueeze(1)], 1)
+        return self.out(y.flatten(2)), state
+
+
+@needs_ops
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compile_fullgraph_matches_eager(backend):
+    torch.manual_seed(0)
+    block = Block().eval()
+    x, x_next = torch.randn(2, 21, 32), torch.randn(2, 1, 32)
+    with torch.no_grad():
+        want_y, want_s = block(x, x_next)
+        torch._dynamo.reset()
+        got_y, got_s = torch.compile(block, fullgraph=True, backend=backend)(x, x_next)
+    assert rel_err(got_y, f64(want_y)) <= 1e-6 and rel_err(got_s, f64(want_s)) <= 1e-6
+
+
+@needs_ops
+def test_compile_transformers_dropins():
+    """The transformers drop-ins themselves trace whole (their dtype and
+    shape handling is plain torch around the ops)."""
+    q, k, v, g, beta, h0 = inputs(H=4, HV=4)
+
+    def layer(q, k, v, g, beta, h0):
+        o, s = ct.torch_chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                               use_qk_l2norm_in_kernel=True)
+        o1, s1 = ct.torch_recurrent_gated_delta_rule(q[:, :1], k[:, :1], v[:, :1], g[:, :1], beta[:, :1], s, True,
+                                                     use_qk_l2norm_in_kernel=True)
+        return o, o1, s1
+
+    want = layer(q, k, v, g, beta, h0)
+    torch._dynamo.reset()
+    got = torch.compile(layer, fullgraph=True, backend="aot_eager")(q, k, v, g, beta, h0)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)

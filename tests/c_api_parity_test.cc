@@ -1,0 +1,257 @@
+// The C API gives bitwise the results of the C++ API for the same options
+// (issue 23): each setting sets one option (or several) through cgdr::Options
+// and through the C setters, then a prefill (cgdr::Run / cgdr_prefill) and a
+// decode step (cgdr::DecodeStep / cgdr_decode_step) run on identical inputs,
+// and their bytes, statuses and messages are compared. A new option gets a
+// setting here (src/api/c_api.cc stops compiling until it has a C setter).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cgdr/cgdr.h"
+#include "cgdr/cgdr.hpp"
+#include "cgdr/decode.hpp"
+#include "core/synthetic.h"
+
+namespace cgdr {
+namespace {
+
+struct Setting {
+  std::string name;
+  std::function<void(Options*)> cpp;
+  std::function<cgdr_status(cgdr_options*)> c;
+};
+
+std::vector<Setting> Settings() {
+  auto chunk = [](int c, Algo a) {
+    return Setting{"chunk" + std::to_string(c), [a](Options* o) { o->algo = a; },
+                   [c](cgdr_options* o) { return cgdr_options_set_chunk(o, c); }};
+  };
+  auto precision = [](const char* name, Precision p, cgdr_precision cp) {
+    return Setting{std::string("precision_") + name + "_chunk16",
+                   [p](Options* o) { o->precision = p; o->algo = Algo::kChunk16; },
+                   [cp](cgdr_options* o) {
+                     const cgdr_status s = cgdr_options_set_precision(o, cp);
+                     return s != CGDR_OK ? s : cgdr_options_set_chunk(o, 16);
+                   }};
+  };
+  auto dk_bucket = [](int b) {
+    return Setting{"dk_bucket" + std::to_string(b), [b](Options* o) { o->dk_bucket = b; },
+                   [b](cgdr_options* o) { return cgdr_options_set_dk_bucket(o, b); }};
+  };
+  return {
+      {"defaults", [](Options*) {}, [](cgdr_options*) { return CGDR_OK; }},
+      {"scale", [](Options* o) { o->scale = 0.37; }, [](cgdr_options* o) { return cgdr_options_set_scale(o, 0.37); }},
+      {"qk_l2norm", [](Options* o) { o->use_qk_l2norm = true; },
+       [](cgdr_options* o) { return cgdr_options_set_qk_l2norm(o, 1); }},
+      {"layout_kv", [](Options* o) { o->state_layout = StateLayout::kKV; },
+       [](cgdr_options* o) { return cgdr_options_set_state_layout(o, CGDR_LAYOUT_KV); }},
+      chunk(1, Algo::kRecurrent), chunk(16, Algo::kChunk16), chunk(32, Algo::kChunk32), chunk(64, Algo::kChunk64),
+      chunk(128, Algo::kChunk128),
+      {"threads1", [](Options* o) { o->threads = 1; }, [](cgdr_options* o) { return cgdr_options_set_threads(o, 1); }},
+      {"threads2", [](Options* o) { o->threads = 2; }, [](cgdr_options* o) { return cgdr_options_set_threads(o, 2); }},
+      {"check_values", [](Options* o) { o->check_values = true; },
+       [](cgdr_options* o) { return cgdr_options_set_check_values(o, 1); }},
+      {"v_step8", [](Options* o) { o->v_step = 8; }, [](cgdr_options* o) { return cgdr_options_set_v_step(o, 8); }},
+      dk_bucket(-1), dk_bucket(64), dk_bucket(128),  // 64 < Dk = 100: both calls fail alike
+      precision("bf16", Precision::kBf16, CGDR_PRECISION_BF16),
+      precision("bf16x3", Precision::kBf16x3, CGDR_PRECISION_BF16X3),
+      precision("bf16x4", Precision::kBf16x4, CGDR_PRECISION_BF16X4),
+      precision("fp32", Precision::kFp32, CGDR_PRECISION_FP32),
+      {"engine_amx_emu_bf16x3",
+       [](Options* o) { o->engine = Engine::kAmxEmulated; o->precision = Precision::kBf16x3; o->algo = Algo::kChunk64; },
+       [](cgdr_options* o) {
+         cgdr_status s = cgdr_options_set_engine(o, CGDR_ENGINE_AMX_EMULATED);
+         if (s == CGDR_OK) s = cgdr_options_set_precision(o, CGDR_PRECISION_BF16X3);
+         return s != CGDR_OK ? s : cgdr_options_set_chunk(o, 64);
+       }},
+      {"engine_vector_bf16", [](Options* o) { o->engine = Engine::kVector; o->precision = Precision::kBf16; },
+       [](cgdr_options* o) {
+         const cgdr_status s = cgdr_options_set_engine(o, CGDR_ENGINE_VECTOR);
+         return s != CGDR_OK ? s : cgdr_options_set_precision(o, CGDR_PRECISION_BF16);
+       }},
+      {"engine_amx_auto", [](Options* o) { o->engine = Engine::kAmx; o->precision = Precision::kAuto; },
+       [](cgdr_options* o) {
+         const cgdr_status s = cgdr_options_set_engine(o, CGDR_ENGINE_AMX);
+         return s != CGDR_OK ? s : cgdr_options_set_precision(o, CGDR_PRECISION_AUTO);
+       }},
+      {"combined",
+       [](Options* o) {
+         o->use_qk_l2norm = true;
+         o->state_layout = StateLayout::kKV;
+         o->algo = Algo::kChunk32;
+         o->v_step = 16;
+         o->precision = Precision::kBf16x3;
+         o->threads = 2;
+         o->scale = 0.2;
+       },
+       [](cgdr_options* o) {
+         for (cgdr_status s : {cgdr_options_set_qk_l2norm(o, 1), cgdr_options_set_state_layout(o, CGDR_LAYOUT_KV),
+                               cgdr_options_set_chunk(o, 32), cgdr_options_set_v_step(o, 16),
+                               cgdr_options_set_precision(o, CGDR_PRECISION_BF16X3), cgdr_options_set_threads(o, 2),
+                               cgdr_options_set_scale(o, 0.2)}) {
+           if (s != CGDR_OK) return s;
+         }
+         return CGDR_OK;
+       }},
+  };
+}
+
+cgdr_tensor ToC(const TensorView& v) {
+  cgdr_tensor t;
+  std::memset(&t, 0, sizeof t);
+  t.data = v.data;
+  switch (v.dtype) {
+    case DType::kF16: t.dtype = CGDR_F16; break;
+    case DType::kBF16: t.dtype = CGDR_BF16; break;
+    case DType::kF32: t.dtype = CGDR_F32; break;
+    case DType::kI32: t.dtype = CGDR_I32; break;
+  }
+  t.rank = v.rank;
+  for (int i = 0; i < v.rank; ++i) t.shape[i] = v.shape[i];
+  return t;
+}
+
+// The status of a C++ call as the C API reports it.
+struct Outcome {
+  int code = 0;
+  std::string message;
+  bool operator==(const Outcome&) const = default;
+};
+Outcome Of(const Status& s) { return {static_cast<int>(s.code()), s.message()}; }
+Outcome Of(cgdr_status s) { return {static_cast<int>(s), cgdr_last_error()}; }
+
+bool SameBytes(const Bytes& a, const Bytes& b) { return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0; }
+
+CaseSpec Spec(int64_t dk, StateLayout layout) {
+  CaseSpec s;
+  s.Nk = 2;
+  s.Nv = 4;
+  s.Dk = dk;
+  s.Dv = 24;
+  s.lens = {37, 0, 20};  // an empty sequence among them
+  s.layout = layout;
+  s.seed = 23;
+  return s;
+}
+
+// The decode step's views over a case: one token of each sequence (its first
+// rows of q, k, v, beta, g) on a pool that holds the final states, with the
+// sequences in reverse order.
+struct DecodeCall {
+  Bytes pool, out;
+  std::vector<int32_t> rows;
+  DecodeInputs in;
+  DecodeOutputs outs;
+
+  explicit DecodeCall(Case& c) : pool(c.final_state), rows(c.seq_lens.size()) {
+    const CaseSpec& s = c.spec;
+    const int64_t n = static_cast<int64_t>(rows.size());
+    for (int64_t i = 0; i < n; ++i) rows[i] = static_cast<int32_t>(n - 1 - i);
+    out.assign(c.out.size() / c.T * n, 0);
+    in.query = TensorView(c.query.data(), s.dtype, {n, s.Nk, s.Dk});
+    in.key = TensorView(c.key.data(), s.dtype, {n, s.Nk, s.Dk});
+    in.value = TensorView(c.value.data(), s.dtype, {n, s.Nv, s.Dv});
+    in.beta = TensorView(c.beta.data(), s.dtype, {n, s.Nv});
+    in.g = TensorView(c.g.data(), s.g_dtype, {n, s.Nv});
+    in.state_pool = c.outputs().final_state;  // its shape and dtype, over the copy
+    in.state_pool.data = pool.data();
+    in.state_indices = TensorView(rows.data(), DType::kI32, {n});
+    outs.out = TensorView(out.data(), s.dtype, {n, s.Nv, s.Dv});
+  }
+
+  cgdr_decode_args ToCArgs() const {
+    cgdr_decode_args a;
+    std::memset(&a, 0, sizeof a);
+    a.query = ToC(in.query);
+    a.key = ToC(in.key);
+    a.value = ToC(in.value);
+    a.beta = ToC(in.beta);
+    a.g = ToC(in.g);
+    a.state_pool = ToC(in.state_pool);
+    a.state_indices = ToC(in.state_indices);
+    a.out = ToC(outs.out);
+    return a;
+  }
+};
+
+cgdr_prefill_args PrefillArgs(Case& c) {
+  const Inputs in = c.inputs();
+  const Outputs out = c.outputs();
+  cgdr_prefill_args a;
+  std::memset(&a, 0, sizeof a);
+  a.query = ToC(in.query);
+  a.key = ToC(in.key);
+  a.value = ToC(in.value);
+  a.beta = ToC(in.beta);
+  a.g = ToC(in.g);
+  a.initial_state = ToC(in.initial_state);
+  a.seq_lens = ToC(in.seq_lens);
+  a.out = ToC(out.out);
+  a.final_state = ToC(out.final_state);
+  return a;
+}
+
+class CApiParity : public ::testing::TestWithParam<int64_t> {};  // Dk
+
+TEST_P(CApiParity, SameBitsAndErrorsAsCpp) {
+  for (const Setting& setting : Settings()) {
+    SCOPED_TRACE(setting.name);
+    Options opt;
+    setting.cpp(&opt);
+    cgdr_options* handle = nullptr;
+    ASSERT_EQ(cgdr_options_create(&handle), CGDR_OK);
+    ASSERT_EQ(setting.c(handle), CGDR_OK) << cgdr_last_error();
+
+    Case cpp = MakeCase(Spec(GetParam(), opt.state_layout));
+    Case c = MakeCase(cpp.spec);
+    const Outcome cpp_prefill = Of(cgdr::Run(cpp.inputs(), cpp.outputs(), opt));
+    const cgdr_prefill_args c_args = PrefillArgs(c);
+    const Outcome c_prefill = Of(cgdr_prefill(&c_args, handle));
+    EXPECT_EQ(c_prefill, cpp_prefill) << "C: " << c_prefill.message << "\nC++: " << cpp_prefill.message;
+    EXPECT_TRUE(SameBytes(c.out, cpp.out)) << "out";
+    EXPECT_TRUE(SameBytes(c.final_state, cpp.final_state)) << "final_state";
+
+    DecodeCall cpp_step(cpp), c_step(c);
+    const Outcome cpp_decode = Of(cgdr::DecodeStep(cpp_step.in, cpp_step.outs, opt));
+    const cgdr_decode_args c_decode_args = c_step.ToCArgs();
+    const Outcome c_decode = Of(cgdr_decode_step(&c_decode_args, handle));
+    EXPECT_EQ(c_decode, cpp_decode) << "C: " << c_decode.message << "\nC++: " << cpp_decode.message;
+    EXPECT_TRUE(SameBytes(c_step.out, cpp_step.out)) << "decode out";
+    EXPECT_TRUE(SameBytes(c_step.pool, cpp_step.pool)) << "decode pool";
+    cgdr_options_destroy(handle);
+  }
+}
+
+// Dk = 40 (bucket 64), Dk = 100 (bucket 128: a forced bucket 64 is an error).
+INSTANTIATE_TEST_SUITE_P(Dk, CApiParity, ::testing::Values(40, 100));
+
+TEST(CApiSetters, RejectValuesOutsideTheirRange) {
+  cgdr_options* handle = nullptr;
+  ASSERT_EQ(cgdr_options_create(&handle), CGDR_OK);
+  EXPECT_EQ(cgdr_options_set_v_step(handle, -1), CGDR_INVALID_ARGUMENT);
+  EXPECT_STREQ(cgdr_last_error(), "cgdr_options_set_v_step: expected 0 (auto) .. 256, got -1");
+  EXPECT_EQ(cgdr_options_set_v_step(handle, 257), CGDR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgdr_options_set_v_step(handle, 256), CGDR_OK);
+  EXPECT_EQ(cgdr_options_set_dk_bucket(handle, 72), CGDR_INVALID_ARGUMENT);
+  EXPECT_STREQ(cgdr_last_error(),
+               "cgdr_options_set_dk_bucket: expected 0 (auto), -1 (generic), 64, 80, 96 or 128, got 72");
+  EXPECT_EQ(cgdr_options_set_dk_bucket(handle, 80), CGDR_OK);
+  EXPECT_EQ(cgdr_options_set_v_step(nullptr, 8), CGDR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgdr_options_set_dk_bucket(nullptr, 64), CGDR_INVALID_ARGUMENT);
+  cgdr_options_destroy(handle);
+}
+
+TEST(CApiVersion, MatchesTheHeaders) {
+  EXPECT_STREQ(cgdr_version(), CGDR_VERSION_STRING);
+  EXPECT_EQ(std::string(cgdr_version()), std::to_string(CGDR_VERSION_MAJOR) + "." + std::to_string(CGDR_VERSION_MINOR) +
+                                             "." + std::to_string(CGDR_VERSION_PATCH));
+  EXPECT_EQ(cgdr_api_version(), CGDR_API_VERSION);
+}
+
+}  // namespace
+}  // namespace cgdr
