@@ -231,5 +231,21 @@ TEST(tensor_files, ResultsWithoutFinalState) {
   ExpectError(LoadResultFiles(dir / "r", &r), "unknown tensor 'o' (expected out, final_state)");
 }
 
+// A version-1 header whose dict ends inside the first 12 bytes read: the
+// reader read the rest of the file into memory past the end of its buffer
+// (a heap overflow), then reported an unexpected end of file.
+TEST(tensor_files, NpyHeaderShorterThanItsPreambleRead) {
+  TempDir dir;
+  for (int len : {0, 1}) {
+    std::string bytes("\x93NUMPY\x01\x00", 8);
+    bytes += static_cast<char>(len);
+    bytes += '\0';
+    bytes += std::string(54, 'x');
+    WriteText(dir / "a.npy", bytes);
+    NpyArray a;
+    ExpectError(ReadNpy(dir / "a.npy", &a), "bytes is too short for its dict");
+  }
+}
+
 }  // namespace
 }  // namespace cgdr
