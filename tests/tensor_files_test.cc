@@ -4,11 +4,17 @@
 #include "io/tensor_files.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <map>
 #include <string>
 #include <vector>
@@ -231,6 +237,85 @@ TEST(tensor_files, ResultsWithoutFinalState) {
   ExpectError(LoadResultFiles(dir / "r", &r), "unknown tensor 'o' (expected out, final_state)");
 }
 
+// Issue 19's rules for the .npy and .bin readers: the JSON descriptions are
+// checked for depth before they are parsed (a deep "shape" reached nlohmann's
+// recursive dump() in the error message), and nothing is echoed raw.
+TEST(tensor_files, DeepJsonDescriptionsAreRefusedAtTheDepthLimit) {
+  TempDir dir;
+  TensorBundle b;
+  WriteText(dir / "q.bin", std::string(8, '\0'));
+  const auto manifest = [](const std::string& shape) {
+    return R"({"tensors": {"query": {"file": "q.bin", "dtype": "bf16", "shape": )" + shape + "}}}";
+  };
+  WriteText(dir / "ok.json", manifest("[2, 2]"));  // 4 levels: the limit
+  const Status ok = ReadTensorBundle(dir / "ok.json", &b);
+  EXPECT_TRUE(ok.ok()) << ok.message();
+  WriteText(dir / "five.json", manifest("[[2, 2]]"));
+  ExpectError(ReadTensorBundle(dir / "five.json", &b), "JSON nested deeper than 4 levels");
+  const int deep = 200000;  // 400 kB, under the 1 MiB limit
+  WriteText(dir / "deep.json", manifest(std::string(deep, '[') + std::string(deep, ']')));
+  ExpectError(ReadTensorBundle(dir / "deep.json", &b), "JSON nested deeper than 4 levels");
+
+  Case c = SmallCase();
+  const std::string npy = dir / "case";
+  ASSERT_TRUE(SaveCaseFiles(FileKind::kNpy, npy, c.inputs(), c.options()).ok());
+  WriteText(npy + "/metadata.json", R"({"dtypes": {"query": )" + std::string(deep, '[') + std::string(deep, ']') + "}}");
+  CaseFiles got;
+  ExpectError(LoadCaseFiles(npy, &got), "metadata.json: JSON nested deeper than 4 levels");
+}
+
+TEST(tensor_files, JsonDescriptionsAreQuotedEscaped) {
+  TempDir dir;
+  TensorBundle b;
+  WriteText(dir / "utf8.json", "{\"tensors\": {\"q\xff\": {}}}");
+  ExpectError(ReadTensorBundle(dir / "utf8.json", &b), "not valid JSON (invalid UTF-8");
+  WriteText(dir / "q\nx.bin", std::string(6, '\0'));
+  WriteText(dir / "nl.json", R"({"tensors": {"que\nry": {"file": "q\nx.bin", "dtype": "bf\u0007", "shape": [2]}}})");
+  ExpectError(ReadTensorBundle(dir / "nl.json", &b), "tensor 'que\\x0ary': unsupported dtype \"bf\\x07\"");
+  WriteText(dir / "size.json", R"({"tensors": {"query": {"file": "q\nx.bin", "dtype": "bf16", "shape": [2]}}})");
+  ExpectError(ReadTensorBundle(dir / "size.json", &b), "q\\x0ax.bin holds 6 bytes, expected 4");
+}
+
+// Runs `read` on another thread; fails (after unblocking it) if it blocks on `fifo`.
+Status WithoutBlocking(const std::string& fifo, const std::function<Status()>& read) {
+  auto r = std::async(std::launch::async, read);
+  if (r.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // lets a blocked open() return
+    if (w >= 0) ::close(w);
+    ADD_FAILURE() << "blocked on the FIFO " << fifo;
+  }
+  return r.get();
+}
+
+// Issue 19, defect 3 in the other readers: a FIFO named by a manifest, in a
+// .npy directory or as its metadata.json is refused before it is opened.
+TEST(tensor_files, NonRegularInputsAreRefusedWithoutBlocking) {
+  TempDir dir;
+  ASSERT_EQ(::mkfifo((dir / "q.bin").c_str(), 0600), 0);
+  WriteText(dir / "m.json", R"({"tensors": {"query": {"file": "q.bin", "dtype": "bf16", "shape": [2]}}})");
+  const std::string manifest = dir / "m.json";
+  Status s = WithoutBlocking(dir / "q.bin", [&] {
+    TensorBundle b;
+    return ReadTensorBundle(manifest, &b);
+  });
+  ExpectError(s, "q.bin: not a regular file (a FIFO)");
+
+  Case c = SmallCase();
+  const std::string npy = dir / "case";
+  ASSERT_TRUE(SaveCaseFiles(FileKind::kNpy, npy, c.inputs(), c.options()).ok());
+  for (const char* name : {"/g.npy", "/metadata.json"}) {
+    const std::string fifo = npy + name;
+    std::filesystem::remove(fifo);
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    s = WithoutBlocking(fifo, [&] {
+      CaseFiles got;
+      return LoadCaseFiles(npy, &got);
+    });
+    ExpectError(s, std::string(name + 1) + ": not a regular file (a FIFO)");
+    std::filesystem::remove(fifo);
+  }
+}
+
 // A version-1 header whose dict ends inside the first 12 bytes read: the
 // reader read the rest of the file into memory past the end of its buffer
 // (a heap overflow), then reported an unexpected end of file.
@@ -245,6 +330,24 @@ TEST(tensor_files, NpyHeaderShorterThanItsPreambleRead) {
     NpyArray a;
     ExpectError(ReadNpy(dir / "a.npy", &a), "bytes is too short for its dict");
   }
+}
+
+// Every file a bundle writes goes through the output-path rules.
+TEST(tensor_files, BundleOutputsFollowTheOutputPathRules) {
+  TempDir dir;
+  Case c = SmallCase();
+  const std::string npy = dir / "case";
+  ASSERT_EQ(std::filesystem::create_directory(npy), true);
+  ASSERT_EQ(::mkfifo((npy + "/query.npy").c_str(), 0600), 0);
+  ExpectError(SaveCaseFiles(FileKind::kNpy, npy, c.inputs(), c.options()), "query.npy: is a FIFO");
+  struct stat st {};
+  ASSERT_EQ(::lstat((npy + "/query.npy").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  ASSERT_EQ(::symlink("/dev/null", (dir / "m.key.bin").c_str()), 0);
+  ExpectError(SaveCaseFiles(FileKind::kBin, dir / "m.json", c.inputs(), c.options()),
+              "(where the symbolic link leads: '/dev/null')");
+  ASSERT_EQ(::lstat((dir / "m.key.bin").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
 }
 
 }  // namespace

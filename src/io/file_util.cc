@@ -11,11 +11,15 @@
 #include <filesystem>
 
 #include "core/strcat.h"
+#include "io/safetensors.h"
 
 namespace cgdr {
 namespace {
 
-Status Fail(const std::string& path, const std::string& msg) { return Status::Invalid(Cat(path, ": ", msg)); }
+// The path escaped: it may come from a file (a manifest's "file"), and messages stay one line.
+Status Fail(const std::string& path, const std::string& msg) {
+  return Status::Invalid(Cat(PrintableName(path, 1024), ": ", msg));
+}
 
 Status WriteAll(const std::string& path, int fd, const void* p, uint64_t n) {
   const auto* c = static_cast<const uint8_t*>(p);
