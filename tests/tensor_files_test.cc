@@ -332,6 +332,40 @@ TEST(tensor_files, NpyHeaderShorterThanItsPreambleRead) {
   }
 }
 
+// The byte limits of a .npy header and of a JSON description, on both sides.
+TEST(tensor_files, HeaderByteLimitsOnBothSides) {
+  const uint32_t limit = 1u << 20;
+  for (uint32_t len : {limit, limit + 1}) {
+    std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }";
+    dict.resize(len - 1, ' ');
+    dict += '\n';
+    std::string bytes("\x93NUMPY\x02\x00", 8);
+    for (int i = 0; i < 4; ++i) bytes += static_cast<char>((len >> (8 * i)) & 0xFF);
+    NpyArray a;
+    const Status s = Parse(bytes + dict + Raw(std::vector<float>{2.5f}), &a);
+    if (len == limit) {
+      ASSERT_TRUE(s.ok()) << s.message();
+      EXPECT_EQ(static_cast<const float*>(static_cast<const void*>(a.data.data()))[0], 2.5f);
+    } else {
+      ExpectError(s, ".npy header of 1048577 bytes exceeds the limit of 1048576 bytes");
+    }
+  }
+  TempDir dir;
+  WriteText(dir / "q.bin", std::string(4, '\0'));
+  for (uint32_t size : {limit, limit + 1}) {
+    std::string text = R"({"tensors": {"query": {"file": "q.bin", "dtype": "f32", "shape": [1]}}})";
+    text.resize(size, ' ');
+    WriteText(dir / "m.json", text);
+    TensorBundle b;
+    const Status s = ReadTensorBundle(dir / "m.json", &b);
+    if (size == limit) {
+      EXPECT_TRUE(s.ok()) << s.message();
+    } else {
+      ExpectError(s, "file of 1048577 bytes is too large for a JSON description");
+    }
+  }
+}
+
 // Every file a bundle writes goes through the output-path rules.
 TEST(tensor_files, BundleOutputsFollowTheOutputPathRules) {
   TempDir dir;

@@ -46,7 +46,9 @@ Status ParsePreamble(std::string_view label, const uint8_t* p, uint64_t size, ui
     *dict_len = p[8] | (uint64_t{p[9]} << 8) | (uint64_t{p[10]} << 16) | (uint64_t{p[11]} << 24);
     *dict_begin = 12;
   }
-  if (*dict_len > kMaxHeaderBytes) return Fail(label, Cat(".npy header of ", *dict_len, " bytes exceeds the limit"));
+  if (*dict_len > kMaxHeaderBytes) {
+    return Fail(label, Cat(".npy header of ", *dict_len, " bytes exceeds the limit of ", kMaxHeaderBytes, " bytes"));
+  }
   return Status::Ok();
 }
 

@@ -51,7 +51,10 @@ Status ReadText(const std::string& path, std::string* text) {
   uint64_t size = 0;
   Status s = OpenForReading(path, &f, &size);
   if (!s.ok()) return s;
-  if (size > kMaxManifestBytes) return Fail(path, Cat("file of ", size, " bytes is too large for a JSON description"));
+  if (size > kMaxManifestBytes) {
+    return Fail(path, Cat("file of ", size, " bytes is too large for a JSON description (limit ", kMaxManifestBytes,
+                          " bytes)"));
+  }
   text->assign(size, '\0');
   return ReadFull(path, f.fd, reinterpret_cast<uint8_t*>(text->data()), size);
 }
