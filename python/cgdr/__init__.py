@@ -77,7 +77,7 @@ def _threads(threads):
 def _choice(name, value, choices, expected=None):
     """value if it is one of the strings `choices`, else ValueError naming them."""
     if not isinstance(value, str) or value not in choices:
-        got = repr(value) if isinstance(value, str) else f"a {type(value).__name__}"
+        got = repr(value) if isinstance(value, str) else f"a value of type {type(value).__name__}"
         raise ValueError(f"{name}: expected {expected or 'one of ' + ', '.join(choices)}, got {got}")
     return value
 

@@ -171,9 +171,9 @@ def test_out_of_range_options_give_short_errors():
         call(scale=np.float32(0.5))
         call(scale=torch.tensor(0.5))
         msg = short_error(ValueError, call, state_layout=np.array(["kv"]))
-        assert msg.startswith("state_layout: expected 'kv' ([N, HV, K, V]) or 'vk' ([N, HV, V, K]), got a ndarray"), msg
+        assert msg.startswith("state_layout: expected 'kv' ([N, HV, K, V]) or 'vk' ([N, HV, V, K]), got a value of type ndarray"), msg
     assert short_error(ValueError, calls[0], algo=None).startswith("algo: expected one of auto, recurrent")
-    assert short_error(ValueError, calls[0], precision=16).startswith("precision: expected one of fp32, bf16")
+    assert short_error(ValueError, calls[0], precision=16).startswith("precision: expected one of auto, fp32, bf16")
 
 
 def test_scale_nan_is_refused_not_replaced():
