@@ -435,6 +435,26 @@ section_golden_bad_inputs() {
   # A .npy that is not one.
   mkdir -p "$W/n" && echo "not numpy" >"$W/n/query.npy"
   expect_error "golden bad npy" "$W/n/query.npy: not a .npy file" "$CGDR" golden --input "$W/n" --out "$W/x"
+  # Issue 19's rules in golden's readers and writers: a FIFO named by a manifest is refused without
+  # blocking; a manifest nested past its depth limit is refused in one short line; an output file
+  # that is a FIFO or a link to a device is refused before anything is written, and stays what it was.
+  mkfifo "$W/s/fifo.bin" && cp "$W/s/case.json" "$W/s/fifo.json"
+  sed -i 's/"case.query.bin"/"fifo.bin"/' "$W/s/fifo.json"
+  expect_error "golden FIFO .bin" "fifo.bin: not a regular file (a FIFO)" \
+    timeout 60 "$CGDR" golden --input "$W/s/fifo.json" --out "$W/x"
+  { printf '{"tensors": {"query": {"file": "q.bin", "dtype": "bf16", "shape": '
+    head -c 100000 /dev/zero | tr '\0' '['; head -c 100000 /dev/zero | tr '\0' ']'; printf '}}}'; } >"$W/s/deep.json"
+  expect_error "golden deep manifest" "deep.json: JSON nested deeper than 4 levels" \
+    timeout 60 "$CGDR" golden --input "$W/s/deep.json" --out "$W/x"
+  [ "$(wc -c <"$W/stderr")" -lt 400 ] || fail "golden deep manifest: the message is $(wc -c <"$W/stderr") bytes long"
+  mkdir -p "$W/fo" && mkfifo "$W/fo/golden.safetensors"
+  expect_error "golden FIFO output" "golden.safetensors: is a FIFO" timeout 60 "$CGDR" golden --generate --t 20 --nk 1 \
+    --nv 2 --dk 16 --dv 16 --out "$W/fo" --check-heads 0
+  [ -p "$W/fo/golden.safetensors" ] || fail "golden FIFO output: the FIFO was replaced"
+  mkdir -p "$W/lo" && ln -s /dev/null "$W/lo/golden.out.bin"
+  expect_error "golden output linked to a device" "(where the symbolic link leads: '/dev/null')" \
+    "$CGDR" golden --generate --t 20 --nk 1 --nv 2 --dk 16 --dv 16 --out "$W/lo" --format bin --check-heads 0
+  [ -L "$W/lo/golden.out.bin" ] && [ -c /dev/null ] || fail "golden output linked to a device: the link was replaced"
   # compare: missing flags, results that do not match, bad level.
   local g="$W/s/golden.json" b="$W/s/benchmark.json"
   expect_error "compare no actual" "needs --actual" "$CGDR" compare --golden "$g" --benchmark "$b"
