@@ -18,13 +18,12 @@ The math is FP32 inside whatever the storage dtype. The GIL is released while
 computing. Bad input raises TypeError (wrong kind of object or dtype) or
 ValueError (shapes, values, options) before anything is written.
 """
-import math
-import operator
 import warnings
 
 from . import _cgdr
 from . import _tensors as _t
 from ._golden import compare, golden
+from ._options import _choice, _scale, _threads
 
 __version__ = "0.1.0"
 __all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_tnd", "recurrent_step", "active_target", "golden",
@@ -36,50 +35,6 @@ _ALGOS = ("auto", "recurrent", "chunk16", "chunk32", "chunk64", "chunk128")
 def active_target():
     """The SIMD target the kernels dispatch to on this CPU ("AVX3", "AVX2", ...)."""
     return _cgdr.active_target()
-
-
-_MAX_THREADS = 4096  # the range cgdr::Options::threads accepts (src/validate/checks.cc)
-
-
-def _scale(scale):
-    """The scale for the native call: None -> 0.0 (the native layer uses
-    1/sqrt(K)); anything else must be a finite non-zero real number, as the
-    CLI requires of a case's scale."""
-    if scale is None:
-        return 0.0
-    if isinstance(scale, (bool, str, bytes)):
-        raise TypeError(f"scale: expected a number or None (1/sqrt(K)), got {type(scale).__name__}")
-    try:
-        value = float(scale)
-    except OverflowError:
-        raise ValueError("scale: expected a finite non-zero number or None (1/sqrt(K)), got a number too large "
-                         "for a double") from None
-    except (TypeError, ValueError):
-        raise TypeError(f"scale: expected a number or None (1/sqrt(K)), got {type(scale).__name__}") from None
-    if not math.isfinite(value) or value == 0.0:
-        raise ValueError(f"scale: expected a finite non-zero number or None (1/sqrt(K)), got {value!r}")
-    return value
-
-
-def _threads(threads):
-    if threads is None:
-        return 0
-    try:
-        n = None if isinstance(threads, bool) else operator.index(threads)
-    except TypeError:
-        n = None
-    if n is None or not 1 <= n <= _MAX_THREADS:
-        shown = threads if n is not None else type(threads).__name__
-        raise ValueError(f"threads: expected None (all cores) or an int in [1, {_MAX_THREADS}], got {shown}")
-    return n
-
-
-def _choice(name, value, choices, expected=None):
-    """value if it is one of the strings `choices`, else ValueError naming them."""
-    if not isinstance(value, str) or value not in choices:
-        got = repr(value) if isinstance(value, str) else f"a value of type {type(value).__name__}"
-        raise ValueError(f"{name}: expected {expected or 'one of ' + ', '.join(choices)}, got {got}")
-    return value
 
 
 def _layout(state_layout):
