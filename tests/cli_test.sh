@@ -99,7 +99,7 @@ section_run_and_check() {
   # One line on success, with units; none with --quiet.
   expect_ok "run summary" "$CGDR" run --input "$W/varlen.case" --output "$W/summary" --algo chunk16 --threads 2
   [ "$(wc -l <"$W/stdout")" -eq 1 ] || fail "run summary: $(wc -l <"$W/stdout") lines on stdout, expected 1"
-  grep -qE '^cgdr run: 8 tokens \(B=3 Nk=2 Nv=4 Dk=16 Dv=16 f32\), plan chunk16, fp32, 2 threads: [0-9.]+ ms, [0-9]+ tokens/s; wrote .*/summary$' \
+  grep -qE '^cgdr run: 8 tokens \(B=3 Nk=2 Nv=4 Dk=16 Dv=16 f32\), plan chunk16, fp32 on [a-z0-9_-]+, 2 threads: [0-9.]+ ms, [0-9]+ tokens/s; wrote .*/summary$' \
     "$W/stdout" || fail "run summary: $(cat "$W/stdout")"
   expect_ok "run --quiet" "$CGDR" run --input "$W/varlen.case" --output "$W/summary" --quiet
   [ ! -s "$W/stdout" ] || fail "run --quiet printed: $(cat "$W/stdout")"

@@ -375,8 +375,8 @@ std::string RunSummary(const RunRequest& req, const RunReport& r) {
   const Problem& p = r.problem;
   Plan plan;
   const std::string how = MakePlan(p, DefaultProfile(), &plan).ok()
-                              ? Cat(AlgoName(static_cast<Algo>(plan.chunk)), ", ", PrecisionName(plan.precision), ", ",
-                                    plan.threads, plan.threads == 1 ? " thread" : " threads")
+                              ? Cat(AlgoName(static_cast<Algo>(plan.chunk)), ", ", PrecisionName(plan.precision), " on ",
+                                    PlanEngineName(plan), ", ", plan.threads, plan.threads == 1 ? " thread" : " threads")
                               : "?";
   const double tokens_per_s = static_cast<double>(p.T) / std::max(r.seconds, 1e-9);
   char figures[96];
