@@ -259,7 +259,8 @@ TEST(tensor_files, DeepJsonDescriptionsAreRefusedAtTheDepthLimit) {
   Case c = SmallCase();
   const std::string npy = dir / "case";
   ASSERT_TRUE(SaveCaseFiles(FileKind::kNpy, npy, c.inputs(), c.options()).ok());
-  WriteText(npy + "/metadata.json", R"({"dtypes": {"query": )" + std::string(deep, '[') + std::string(deep, ']') + "}}");
+  const std::string nested = std::string(deep, '[') + std::string(deep, ']');
+  WriteText(npy + "/metadata.json", R"({"dtypes": {"query": )" + nested + "}}");
   CaseFiles got;
   ExpectError(LoadCaseFiles(npy, &got), "metadata.json: JSON nested deeper than 4 levels");
 }

@@ -56,8 +56,9 @@ Status ResolveOutputPath(const std::string& path, std::string* target) {
   std::filesystem::path p(path);
   for (int hops = 0; hops <= kMaxSymlinkHops; ++hops) {
     struct stat st {};
+    const std::string shown = PrintableName(p.string(), 1024);  // a link's target, for messages
     if (::lstat(p.c_str(), &st) != 0) {
-      if (errno != ENOENT) return Fail(path, Cat("cannot stat '", p.string(), "': ", std::strerror(errno)));
+      if (errno != ENOENT) return Fail(path, Cat("cannot stat '", shown, "': ", std::strerror(errno)));
       *target = p.string();  // a new file (a missing folder is reported when the temporary is created)
       return Status::Ok();
     }
@@ -66,13 +67,13 @@ Status ResolveOutputPath(const std::string& path, std::string* target) {
       return Status::Ok();
     }
     if (!S_ISLNK(st.st_mode)) {
-      const std::string via = hops > 0 ? Cat(" (where the symbolic link leads: '", p.string(), "')") : "";
+      const std::string via = hops > 0 ? Cat(" (where the symbolic link leads: '", shown, "')") : "";
       return Fail(path, Cat("is ", FileTypeName(st.st_mode), via,
                             "; results are written only to a new file or over a regular file"));
     }
     std::string link(static_cast<size_t>(st.st_size > 0 ? st.st_size : 4096), '\0');
     const ssize_t n = ::readlink(p.c_str(), link.data(), link.size());
-    if (n < 0) return Fail(path, Cat("cannot read the symbolic link '", p.string(), "': ", std::strerror(errno)));
+    if (n < 0) return Fail(path, Cat("cannot read the symbolic link '", shown, "': ", std::strerror(errno)));
     link.resize(static_cast<size_t>(n));
     p = std::filesystem::path(link).is_absolute() ? std::filesystem::path(link) : p.parent_path() / link;
   }

@@ -210,8 +210,8 @@ struct TensorBundleReader {
       StoreFromF32(out.data(), want, i, x);
       const float back = LoadAsF32(out.data(), want, i);
       if (!(back == x) && !(std::isnan(x) && std::isnan(back))) {
-        return Fail(path, Cat("dtypes: '", PrintableName(name), "' declared ", DTypeName(want), ", but element ", i, " (", x,
-                              ") is not a ", DTypeName(want), " value"));
+        return Fail(path, Cat("dtypes: '", PrintableName(name), "' declared ", DTypeName(want), ", but element ", i,
+                              " (", x, ") is not a ", DTypeName(want), " value"));
       }
     }
     v->data = DataOf(out);

@@ -374,10 +374,11 @@ void PrintAccuracy(const AccuracyReport& r) {
 std::string RunSummary(const RunRequest& req, const RunReport& r) {
   const Problem& p = r.problem;
   Plan plan;
-  const std::string how = MakePlan(p, DefaultProfile(), &plan).ok()
-                              ? Cat(AlgoName(static_cast<Algo>(plan.chunk)), ", ", PrecisionName(plan.precision), " on ",
-                                    PlanEngineName(plan), ", ", plan.threads, plan.threads == 1 ? " thread" : " threads")
-                              : "?";
+  const std::string how =
+      MakePlan(p, DefaultProfile(), &plan).ok()
+          ? Cat(AlgoName(static_cast<Algo>(plan.chunk)), ", ", PrecisionName(plan.precision), " on ",
+                PlanEngineName(plan), ", ", plan.threads, plan.threads == 1 ? " thread" : " threads")
+          : "?";
   const double tokens_per_s = static_cast<double>(p.T) / std::max(r.seconds, 1e-9);
   char figures[96];
   std::snprintf(figures, sizeof figures, "%.3f ms, %.0f tokens/s", r.seconds * 1e3, tokens_per_s);
