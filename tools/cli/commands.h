@@ -49,6 +49,7 @@ struct RunRequest {
   Precision precision = Precision::kAuto;
   Engine engine = Engine::kAuto;
   bool check_values = false;
+  bool quiet = false;  // no summary line on success
 };
 struct RunReport {
   double seconds = 0.0;  // the cgdr::Run call alone

@@ -12,6 +12,7 @@
 #include "cgdr/cgdr.hpp"
 #include "cgdr/plan.hpp"
 #include "commands.h"
+#include "core/strcat.h"
 #include "core/synthetic.h"
 #include "io/case_file.h"
 #include "reference/reference.h"
@@ -20,12 +21,12 @@ namespace cgdr::cli {
 namespace {
 
 const char kUsage[] =
-    "usage: cgdr <command> [flags]\n"
+    "usage: cgdr <command> [flags]      cgdr help <command>      cgdr --version\n"
     "\n"
     "commands:\n"
     "  run    --input CASE.safetensors --output RESULT.safetensors [--threads N]\n"
     "         [--algo auto|recurrent|chunk16|chunk32|chunk64] [--precision auto|fp32|bf16|bf16x3|bf16x4]\n"
-    "         [--engine auto|vector|amx|amx-emu] [--check-values]\n"
+    "         [--engine auto|vector|amx|amx-emu] [--check-values] [--quiet]\n"
     "         Run one case file (SPEC 7) and write `out` and `final_state` atomically.\n"
     "  plan   --t T --nk NK --nv NV --dk DK --dv DV [--b B] [--threads N]\n"
     "         [--dtype f16|bf16|f32] [--algo ...] [--precision ...] [--engine ...]\n"
@@ -41,7 +42,7 @@ const char kUsage[] =
     "         kind (safetensors, .npy directory, .bin manifest); see 'cgdr golden --help'.\n"
     "  compare --golden G --benchmark B --actual A [--case CASE] [--level L1] [--json]\n"
     "         The verdict on an NPU result by Ascend's precision standard; see 'cgdr compare --help'.\n"
-    "  help   This text.\n"
+    "  help   This text; 'cgdr help COMMAND' (or 'cgdr COMMAND --help') for one command.\n"
     "\n"
     "exit status: 0 success; 1 a check failed; 2 bad input or usage, with one line on stderr\n"
     "(cgdr: error: ...) and no output file written.\n";
@@ -49,10 +50,15 @@ const char kUsage[] =
 const char kRunUsage[] =
     "usage: cgdr run --input CASE.safetensors --output RESULT.safetensors [--threads N]\n"
     "                [--algo auto|recurrent|chunk16|chunk32|chunk64] [--check-values]\n"
-    "                [--precision auto|fp32|bf16|bf16x3|bf16x4] [--engine auto|vector|amx|amx-emu]\n"
-    "  CASE: tensors query, key, value, beta, seq_lens (int32), optional g and initial_state;\n"
-    "        metadata scale, state_layout (vk|kv), use_qk_l2norm (true|false).\n"
-    "  RESULT: out (dtype of query) and final_state (dtype of initial_state, else query).\n"
+    "                [--precision auto|fp32|bf16|bf16x3|bf16x4] [--engine auto|vector|amx|amx-emu] [--quiet]\n"
+    "  CASE: tensors query, key, value, beta, seq_lens (int32), optional g and initial_state\n"
+    "        (out and final_state may ride along, ignored); metadata scale, state_layout (vk|kv),\n"
+    "        use_qk_l2norm (true|false). Header: at most 100 MiB, 1048576 tensors, rank 8.\n"
+    "  RESULT: out (dtype of query) and final_state (dtype of initial_state, else query),\n"
+    "        written to a temporary file and renamed over RESULT: a new file, a regular file,\n"
+    "        or where a symbolic link leads; never a directory, device, FIFO or socket.\n"
+    "  On success one line on stdout: the plan, the time of the run (ms), tokens/s.\n"
+    "  --quiet         print nothing on success.\n"
     "  --check-values  also reject NaN/Inf inputs and g > 0 (SPEC 3).\n"
     "  --precision     products of the chunked formulations: auto (default: the fastest mode\n"
     "                  that meets SPEC 6 for the dtype: bf16x3 on AMX for f16/bf16 inputs,\n"
@@ -119,7 +125,7 @@ Status ParseEngineFlag(const Args& a, Engine* engine) {
 Status ParseRun(int argc, char** argv, RunRequest* req, bool* help) {
   Args a;
   CGDR_CLI_TRY(a.Parse("run", argc, argv, {"--input", "--output", "--threads", "--algo", "--precision", "--engine"},
-                       {"--check-values"}));
+                       {"--check-values", "--quiet"}));
   if ((*help = MaybeHelp(a, kRunUsage))) return Status::Ok();
   CGDR_CLI_TRY(a.Require("--input", &req->input));
   CGDR_CLI_TRY(a.Require("--output", &req->output));
@@ -130,6 +136,7 @@ Status ParseRun(int argc, char** argv, RunRequest* req, bool* help) {
   CGDR_CLI_TRY(ParsePrecisionFlag(a, &req->precision));
   CGDR_CLI_TRY(ParseEngineFlag(a, &req->engine));
   req->check_values = a.Has("--check-values");
+  req->quiet = a.Has("--quiet");
   return Status::Ok();
 }
 
@@ -364,6 +371,21 @@ void PrintAccuracy(const AccuracyReport& r) {
   }
 }
 
+std::string RunSummary(const RunRequest& req, const RunReport& r) {
+  const Problem& p = r.problem;
+  Plan plan;
+  const std::string how =
+      MakePlan(p, DefaultProfile(), &plan).ok()
+          ? Cat(AlgoName(static_cast<Algo>(plan.chunk)), ", ", PrecisionName(plan.precision), " on ",
+                PlanEngineName(plan), ", ", plan.threads, plan.threads == 1 ? " thread" : " threads")
+          : "?";
+  const double tokens_per_s = static_cast<double>(p.T) / std::max(r.seconds, 1e-9);
+  char figures[96];
+  std::snprintf(figures, sizeof figures, "%.3f ms, %.0f tokens/s", r.seconds * 1e3, tokens_per_s);
+  return Cat("cgdr run: ", p.T, " tokens (B=", p.B, " Nk=", p.Nk, " Nv=", p.Nv, " Dk=", p.Dk, " Dv=", p.Dv, " ",
+             DTypeName(p.dtype), "), plan ", how, ": ", figures, "; wrote ", req.output);
+}
+
 int RunMain(int argc, char** argv) {
   RunRequest req;
   bool help = false;
@@ -371,6 +393,7 @@ int RunMain(int argc, char** argv) {
   if (help) return kExitOk;
   RunReport report;
   if (Status s = RunCaseFile(req, &report); !s.ok()) return ReportError(s);
+  if (!req.quiet) std::printf("%s\n", OneLine(RunSummary(req, report)).c_str());
   return kExitOk;
 }
 
@@ -411,25 +434,51 @@ int CheckMain(int argc, char** argv) {
   return report.ok() ? kExitOk : kExitCheckFailed;
 }
 
+namespace {
+
+struct Command {
+  const char* name;
+  int (*main)(int, char**);
+};
+constexpr Command kCommands[] = {{"run", RunMain},         {"plan", PlanMain},        {"bench", cgdr::BenchMain},
+                                 {"tune", cgdr::TuneMain}, {"demo", DemoMain},        {"golden", GoldenMain},
+                                 {"compare", CompareMain}, {"make-case", MakeCaseMain}, {"check", CheckMain}};
+
+const Command* FindCommand(const std::string& name) {
+  for (const auto& c : kCommands) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
+// `cgdr help [COMMAND]`: the overview, or the command's own --help.
+int HelpMain(int argc, char** argv) {
+  if (argc == 0) {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  const Command* c = FindCommand(argv[0]);
+  if (argc > 1 || c == nullptr) {
+    return ReportError(Status::Invalid(Cat("'cgdr help' takes one command name (run, plan, bench, tune, demo, golden, ",
+                                           "compare), got '", PrintableName(argc > 1 ? argv[1] : argv[0]), "'")));
+  }
+  char help_flag[] = "--help";
+  char* args[] = {help_flag, nullptr};
+  return c->main(1, args);
+}
+
+}  // namespace
 }  // namespace cgdr::cli
 
 int main(int argc, char** argv) {
   using namespace cgdr::cli;
   if (argc < 2) return ReportError(cgdr::Status::Invalid("no command given (try 'cgdr --help')"));
   const std::string cmd = argv[1];
-  if (cmd == "help" || cmd == "--help" || cmd == "-h") {
-    std::fputs(kUsage, stdout);
+  if (cmd == "help" || cmd == "--help" || cmd == "-h") return HelpMain(argc - 2, argv + 2);
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("cgdr %s\n", CGDR_VERSION_STRING);
     return kExitOk;
   }
-  struct Command {
-    const char* name;
-    int (*main)(int, char**);
-  };
-  static const Command kCommands[] = {{"run", RunMain},         {"plan", PlanMain},        {"bench", cgdr::BenchMain},
-                                      {"tune", cgdr::TuneMain}, {"demo", DemoMain},        {"golden", GoldenMain},
-                                      {"compare", CompareMain}, {"make-case", MakeCaseMain}, {"check", CheckMain}};
-  for (const auto& c : kCommands) {
-    if (cmd == c.name) return c.main(argc - 2, argv + 2);
-  }
+  if (const Command* c = FindCommand(cmd)) return c->main(argc - 2, argv + 2);
   return ReportError(cgdr::Status::Invalid("unknown command '" + cmd + "' (try 'cgdr --help')"));
 }
