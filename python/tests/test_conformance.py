@@ -49,13 +49,16 @@ class Lazy:
 
 
 SAME_OFFSETS = Lazy("same offsets", lambda cu: cu.copy() if isinstance(cu, np.ndarray) else cu.clone())
-def _moved_first_end(cu):
-    other = cu.copy() if isinstance(cu, np.ndarray) else cu.clone()
-    other[1] += 1
-    return other
+def moved(i, by):
+    """The offsets with offset i moved by `by` tokens."""
+    def make_value(cu):
+        other = cu.copy() if isinstance(cu, np.ndarray) else cu.clone()
+        other[i] += by
+        return other
+    return Lazy(f"offset {i} moved by {by}", make_value)
 
 
-OTHER_OFFSETS = Lazy("other offsets", _moved_first_end)
+OTHER_OFFSETS = moved(1, 1)
 AN_ARRAY = Lazy("an array", lambda cu: np.zeros(NV, np.float32))
 
 
@@ -157,7 +160,7 @@ class Prefill:
         bt = lambda x: None if x is None else x.reshape((B, T) + tuple(x.shape[1:]))
         cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
         cu = torch.from_numpy(cu) if kind == "torch" else cu
-        if sem["packed"]:
+        if sem["packed"] and not isinstance(args.get("cu_seqlens"), Lazy):
             args["cu_seqlens"] = cu
         args = {k: v.make_value(cu) if isinstance(v, Lazy) else v for k, v in args.items()}
         for name in ("g", "initial_state"):
@@ -230,7 +233,8 @@ def fla_meaning(kw):
     v_first = bool(kw.get("state_v_first") or kw.get("transpose_state_layout"))
     return dict(layout=kw.get("state_layout") or ("vk" if v_first else "kv"), l2norm=kw.get("use_qk_l2norm_in_kernel", False),
                 scale=kw.get("scale"), g=given(kw, "g", GIVEN), init=given(kw, "initial_state"),
-                final=bool(kw.get("output_final_state")), packed=given(kw, "cu_seqlens"),
+                final=bool(kw.get("output_final_state")),
+                packed=given(kw, "cu_seqlens") or isinstance(kw.get("cu_seqlens"), Lazy),
                 precision=kw.get("precision", "auto"))
 
 
@@ -321,6 +325,8 @@ ROWS = {
         Row("state_layout", "kv", Err(r"state_layout: state_v_first=True means 'vk'"), ctx={"state_v_first": True}),
         Row("transpose_state_layout", True, REF),
         Row("cu_seqlens", None, REF),
+        *[Row("cu_seqlens", moved(-1, by), Err(rf"cu_seqlens: expected the last offset to be T = {sum(LENS)}, "
+                                             rf"got {sum(LENS) + by}")) for by in (-1, 1)],
         Row("cu_seqlens_cpu", SAME_OFFSETS, SAME), Row("cu_seqlens_cpu", OTHER_OFFSETS, Err(r"cu_seqlens_cpu: expected the same")),
         Row("chunk_indices", AN_ARRAY, SAME),
         Row("use_beta_sigmoid_in_kernel", True, Err(r"use_beta_sigmoid_in_kernel: not supported by cgdr")),
