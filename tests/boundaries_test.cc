@@ -529,6 +529,35 @@ TEST(Boundaries, Decode) {
   EXPECT_TRUE(DecodeWithIndex(INT32_MIN, 4).ok());  // any negative index skips its row
 }
 
+// check_values scans every element, the first and the last of each tensor
+// (a scan that stops one short passed every other test).
+TEST(Boundaries, CheckValuesScansFromTheFirstToTheLastElement) {
+  struct Planted {
+    const char* name;
+    Bytes Case::*bytes;
+    std::string first, last;
+  };
+  // Small(): T = 8, Nk = 2, Nv = 4, Dk = Dv = 8.
+  const Planted kTensors[] = {{"query", &Case::query, "[0, 0, 0]", "[7, 1, 7]"},
+                              {"key", &Case::key, "[0, 0, 0]", "[7, 1, 7]"},
+                              {"value", &Case::value, "[0, 0, 0]", "[7, 3, 7]"},
+                              {"beta", &Case::beta, "[0, 0]", "[7, 3]"},
+                              {"g", &Case::g, "[0, 0]", "[7, 3]"},
+                              {"initial_state", &Case::initial_state, "[0, 0, 0, 0]", "[2, 3, 7, 7]"}};
+  for (const Planted& t : kTensors) {
+    for (const bool last : {false, true}) {
+      const Status s = ValidateCase([](CaseSpec*) {}, [&](Case& c, Inputs&, Outputs&, Options& o) {
+        o.check_values = true;
+        Bytes& b = c.*t.bytes;
+        F32(b)[last ? b.size() / 4 - 1 : 0] = NAN;
+      });
+      EXPECT_EQ(s.message().rfind(std::string(t.name) + ": non-finite value nan at index " + (last ? t.last : t.first), 0),
+                0u)
+          << s.message();
+    }
+  }
+}
+
 TEST(Boundaries, CApi) {
   for (const Limit& l : CApiLimits()) ExpectLimit(l);
 }
