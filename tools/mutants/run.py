@@ -137,7 +137,7 @@ def run_pytest(build, log, path, timeout):
 def failed_tests(log_start, log):
     """Names of the tests ctest's summary lists as failed in the log since `log_start`."""
     text = Path(log).read_text()[log_start:]
-    return sorted(set(re.findall(r"^\s*\d+ - (\S+) \(.+\)$", text, re.M)))
+    return sorted(set(re.findall(r"^\s*\d+ - (\S+)(?: .*)? \([^()]+\)$", text, re.M)))
 
 
 def run_tests(build, log, regex, exclude, test_jobs, timeout):
