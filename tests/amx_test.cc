@@ -370,7 +370,7 @@ TEST(AmxEngines, NaNInOneTokenLeavesEarlierOutputsFinite) {
   }
 }
 
-Plan PlanFor(const CaseSpec& spec, const Options& edits) {
+Plan PlanFor(const CaseSpec& spec, const Options& edits, const MachineProfile& prof = DefaultProfile()) {
   Case c = MakeCase(spec);
   Options opt = c.options();
   opt.precision = edits.precision;
@@ -379,7 +379,7 @@ Plan PlanFor(const CaseSpec& spec, const Options& edits) {
   Problem p;
   EXPECT_TRUE(Validate(c.inputs(), c.outputs(), opt, &p).ok());
   Plan plan;
-  EXPECT_TRUE(MakePlan(p, DefaultProfile(), &plan).ok());
+  EXPECT_TRUE(MakePlan(p, prof, &plan).ok());
   EXPECT_TRUE(CheckPlan(plan).ok());
   return plan;
 }
@@ -432,10 +432,25 @@ TEST(AmxPlan, HardwareWhereUsableElseTheVectorUnits) {
   spec.dtype = DType::kF16;
   Options o;  // auto, auto
   if (AmxHardwareEnabled()) {
-    const Plan plan = PlanFor(spec, o);
+    // auto weighs tiles against fp32 by the profile's costs (measured per
+    // machine, so the test sets them): cheap tiles win, dear ones lose.
+    MachineProfile cheap_tiles = DefaultProfile(), dear_tiles = DefaultProfile();
+    cheap_tiles.amx_fma_cost[static_cast<int>(Precision::kBf16x3)] = 0.05;
+    cheap_tiles.amx_state_pass_cost = 1.0;
+    dear_tiles.amx_fma_cost[static_cast<int>(Precision::kBf16x3)] = 5.0;
+    Plan plan = PlanFor(spec, o, cheap_tiles);
     EXPECT_EQ(plan.engine, Engine::kAmx) << PlanToString(plan);
     EXPECT_EQ(plan.precision, Precision::kBf16x3) << PlanToString(plan);
     EXPECT_NE(PlanToString(plan).find("engine=amx "), std::string::npos) << PlanToString(plan);
+    plan = PlanFor(spec, o, dear_tiles);
+    EXPECT_EQ(plan.engine, Engine::kVector) << PlanToString(plan);
+    EXPECT_EQ(plan.precision, Precision::kFp32) << PlanToString(plan);
+    // Named, the engine is used whatever the costs.
+    Options named = o;
+    named.engine = Engine::kAmx;
+    plan = PlanFor(spec, named, dear_tiles);
+    EXPECT_EQ(plan.engine, Engine::kAmx) << PlanToString(plan);
+    EXPECT_EQ(plan.precision, Precision::kBf16x3) << PlanToString(plan);
   }
   SetAmxHardwareForTest(0);  // as on a machine without AMX
   for (Engine e : {Engine::kAuto, Engine::kAmx}) {

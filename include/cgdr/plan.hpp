@@ -47,9 +47,14 @@ struct MachineProfile {
   // products, packing included, relative to the vector engine's FP32 FMA
   // (index: Precision; [0] unused: fp32 never runs on tiles), and per chunk
   // the vector passes over the state tile (its hi/lo split, the decay) per
-  // element. Measured by `cgdr tune` where the CPU has AMX.
-  double amx_fma_cost[4] = {0.0, 0.08, 0.2, 0.25};
-  double amx_state_pass_cost = 1.0;
+  // element. Measured by `cgdr tune` where the CPU has AMX; these defaults are
+  // its full fit on a 2-vCPU Xeon (Emerald Rapids, model 207), 2 threads
+  // (bf16 0.40, bf16x3 0.71, bf16x4 0.75; state pass 81). There bf16x3 on
+  // tiles runs at 0.8-1.0x the fp32 vector path's speed on the flagship, so
+  // auto keeps f32-accurate calls on the vector engine unless a tune finds
+  // the tiles faster (docs/SPEC.md 6c).
+  double amx_fma_cost[4] = {0.0, 0.40, 0.71, 0.75};
+  double amx_state_pass_cost = 81.0;
   // Outputs of at least this many bytes are written with streaming stores
   // (Plan::stream_out): an output that large would hardly stay in the caches
   // for its reader anyway, and normal stores first read every line of it

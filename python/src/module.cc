@@ -36,9 +36,12 @@ alignas(64) uint8_t g_empty[64];
 [[noreturn]] void ValueError(const std::string& msg) { throw py::value_error(msg); }
 
 cgdr::DType NumpyDType(const char* name, const py::array& a) {
+  // kind and itemsize through Python attributes: pybind11 before 2.12 reads
+  // them from numpy 1's descriptor struct, whose layout numpy 2 changed (a
+  // module built on Debian's pybind11 then saw int32 as something else).
   const py::dtype dt = a.dtype();
-  const char kind = dt.kind();
-  const auto size = dt.itemsize();
+  const auto kind = dt.attr("kind").cast<std::string>().at(0);
+  const auto size = dt.attr("itemsize").cast<int64_t>();
   if (kind == 'f' && size == 2) return cgdr::DType::kF16;
   if (kind == 'f' && size == 4) return cgdr::DType::kF32;
   if (kind == 'i' && size == 4) return cgdr::DType::kI32;

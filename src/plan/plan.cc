@@ -157,15 +157,17 @@ Engine TileEngine(const Options& o) {
 // is one. auto: the modes whose error meets SPEC 6 for the call's dtype:
 // fp32, and for f16/bf16 inputs bf16x3 on tiles (within 2x the error of
 // rounding the answer to 16 bits; not on the vector units, where it costs
-// 6x fp32); the cost model then picks the faster.
+// 6x fp32); the cost model then picks the faster. A tile engine named by the
+// caller (amx, amx-emu) is honoured: 16-bit inputs then run bf16x3 on it.
 std::vector<Mode> ChunkedModes(const Problem& p) {
   const Engine tiles = TileEngine(p.options);
   switch (p.options.precision) {
     case Precision::kFp32: return {Mode{Precision::kFp32, Engine::kVector}};
     case Precision::kAuto: {
-      std::vector<Mode> modes{Mode{Precision::kFp32, Engine::kVector}};
-      if (p.dtype != DType::kF32 && tiles != Engine::kVector) modes.push_back(Mode{Precision::kBf16x3, tiles});
-      return modes;
+      const Mode fp32{Precision::kFp32, Engine::kVector}, tiled{Precision::kBf16x3, tiles};
+      if (p.dtype == DType::kF32 || tiles == Engine::kVector) return {fp32};
+      if (p.options.engine != Engine::kAuto) return {tiled};
+      return {fp32, tiled};
     }
     default: return {Mode{p.options.precision, tiles}};
   }
@@ -203,7 +205,9 @@ std::string EngineWhy(const Problem& p, const Plan& plan) {
     } else if (TileEngine(o) == Engine::kVector) {
       why += "no tile engine for bf16x3";
     } else {
-      why += plan.precision == Precision::kFp32 ? "fp32 cheaper here" : "bf16x3 within 2x of rounding to " + std::string(DTypeName(p.dtype));
+      why += plan.precision == Precision::kFp32 ? "fp32 cheaper here"
+                                                : "bf16x3 within 2x of rounding to " + std::string(DTypeName(p.dtype)) +
+                                                      (o.engine == Engine::kAuto ? "" : " on the engine asked for");
     }
     why += ")";
   } else if (plan.chunk == 1 && plan.precision != Precision::kFp32) {
@@ -240,7 +244,10 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
     }
     for (int c : ChunkSizes(m.engine)) candidates.push_back(Candidate{c, m});
   }
-  if (!forced_c || p.options.algo == Algo::kRecurrent) {
+  // A tile engine the caller named and that runs here excludes C = 1 under
+  // algo auto: the call asked for tiles.
+  const bool tiles_named = p.options.engine != Engine::kAuto && IsTileEngine(modes.front().engine);
+  if ((!forced_c && !tiles_named) || p.options.algo == Algo::kRecurrent) {
     // C = 1 keeps FP32 products in every mode, on the vector units.
     const Precision shown = p.options.precision == Precision::kAuto ? Precision::kFp32 : p.options.precision;
     candidates.push_back(Candidate{1, Mode{shown, Engine::kVector}});
