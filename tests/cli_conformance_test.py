@@ -176,6 +176,7 @@ RUN_ROWS = [
     *[("--precision", p, ["--algo", "chunk16", "--engine", "vector"], ("plan", {"precision": p}))
       for p in ("fp32", "bf16", "bf16x3", "bf16x4")],
     ("--precision", "bf16", ["--algo", "chunk16", "--engine", "vector"], ("differs", ["--algo", "chunk16"])),
+    ("--precision", "auto", ["--algo", "chunk16", "--engine", "amx-emu"], ("plan", {"precision": "fp32"})),  # f32 case
     ("--precision", "fp16", [], ("error", r"--precision: expected auto, fp32")),
     ("--engine", "vector", BF16X3, ("plan", {"engine": None})),  # the SIMD target's name
     ("--engine", "amx-emu", BF16X3, ("plan", {"engine": "amx-emu"})),

@@ -234,6 +234,10 @@ std::vector<Row> Rows() {
       {"precision=bf16x4 over bf16x3 (amx-emu)",
        {Prec(Precision::kBf16x3), Chunk(Algo::kChunk16), Eng(Engine::kAmxEmulated)}, Prec(Precision::kBf16x4)},
       {"precision=auto (f32: fp32)", {Chunk(Algo::kChunk16), Prec(Precision::kFp32)}, Prec(Precision::kAuto), Shows::kSame},
+      // A tile engine named with precision auto runs bf16x3 on f16 inputs (SPEC 6c), not fp32.
+      {"precision=auto (f16, amx-emu: bf16x3)", {Chunk(Algo::kChunk16), Eng(Engine::kAmxEmulated), Prec(Precision::kFp32)},
+       Prec(Precision::kAuto), Shows::kOutcome, Shows::kSame, "", "", false, false,
+       [](CaseSpec* s) { s->dtype = DType::kF16; }},
       {"engine=vector", {Prec(Precision::kBf16x3), Chunk(Algo::kChunk16), Eng(Engine::kAmxEmulated)}, Eng(Engine::kVector)},
       {"engine=amx-emu", bf16x3_vector, Eng(Engine::kAmxEmulated)},
       {"engine=amx", bf16x3_vector, Eng(Engine::kAmx), amx ? Shows::kOutcome : Shows::kSame},

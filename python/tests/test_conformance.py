@@ -295,6 +295,8 @@ NATIVE_OPTION_ROWS = [
     Row("precision", "fp32", DIFFERS, ctx={"algo": "chunk16", "engine": "amx-emu"}, dtype="f16"),
     *[Row("precision", p, DIFFERS, ctx={"algo": "chunk16", "engine": "vector"}) for p in ("bf16", "bf16x3", "bf16x4")],
     Row("precision", "auto", SAME, ctx={"algo": "chunk16", "precision": "fp32"}),  # f32 inputs: fp32
+    # f16 inputs on a tile engine: auto is bf16x3 there, not fp32 (SPEC 6c).
+    Row("precision", "auto", DIFFERS, ctx={"algo": "chunk16", "engine": "amx-emu", "precision": "fp32"}, dtype="f16"),
     Row("precision", "fp16", Err(r"precision: expected one of auto, fp32")),
     Row("engine", "vector", DIFFERS, ctx=dict(VECTOR_BF16X3, engine="amx-emu")),
     Row("engine", "amx-emu", DIFFERS, ctx=VECTOR_BF16X3),
