@@ -57,13 +57,21 @@ def _engine(engine):
     return _choice("engine", engine, _ENGINES)
 
 
+def _int_option(name, value):
+    """v_step, dk_bucket: an int, whose range the native validation checks."""
+    if isinstance(value, bool) or not isinstance(value, int) or not -2**31 <= value < 2**31:
+        raise ValueError(f"{name}: expected an int, got {value!r}")
+    return value
+
+
 def _prefill(q, k, v, beta, g, initial_state, seq_lens, out, final_state, scale, l2norm, layout, threads,
-             algo, check_values, precision="auto", engine="auto"):
+             algo, check_values, precision="auto", engine="auto", v_step=0, dk_bucket=0):
     """The one call into the native prefill; every tensor is already prepared."""
     _cgdr.prefill(_t.native("query", q), _t.native("key", k), _t.native("value", v), _t.native("beta", beta),
                   _t.native("g", g), _t.native("initial_state", initial_state), seq_lens, _t.native("out", out),
                   _t.native("final_state", final_state), scale, bool(l2norm), layout, threads, algo,
-                  bool(check_values), _precision(precision), _engine(engine))
+                  bool(check_values), _precision(precision), _engine(engine), _int_option("v_step", v_step),
+                  _int_option("dk_bucket", dk_bucket))
 
 
 def _final_state_buffers(kind, initial_state, shape, want_final, dtype):
@@ -156,7 +164,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                            use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
                            state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, chunk_indices=None,
                            cp_context=None, *, state_layout=None, threads=None, algo="auto", check_values=False,
-                           precision="auto", engine="auto", **fla_kwargs):
+                           precision="auto", engine="auto", v_step=0, dk_bucket=0, **fla_kwargs):
     """flash-linear-attention's chunk_gated_delta_rule on the CPU.
 
     The arguments up to cp_context are fla's (0.6), in fla's order, with its
@@ -204,6 +212,10 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
 
     Bad arguments raise TypeError (kind of object, dtype) or ValueError
     (shapes, values, options) before anything is written.
+
+    v_step (V tile width, 1..256) and dk_bucket (64, 80, 96, 128 >= K, or -1
+    for the generic path) force the plan's choices (0: the plan picks; for
+    tests and tuning, docs/SPEC.md 2.2).
     """
     layout = _fla_layout(state_v_first, state_layout, fla_kwargs)
     _check_fla_options(fla_kwargs, use_beta_sigmoid_in_kernel, allow_neg_eigval, cp_context)
@@ -257,14 +269,14 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
 
     _prefill(packed(qc), packed(kc), packed(vc), packed(bc), packed(gc), init_arg, seq_lens, packed(o), final,
              _scale(scale), use_qk_l2norm_in_kernel, layout, _threads(threads), _algo(algo), check_values,
-             _precision(precision), _engine(engine))
+             _precision(precision), _engine(engine), v_step, dk_bucket)
     return o, final
 
 
 def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens, g=None, scale=None,
                                use_qk_l2norm_in_kernel=False, state_layout="vk", threads=None,
                                output_final_state=True, algo="auto", check_values=False, precision="auto",
-                               engine="auto"):
+                               engine="auto", v_step=0, dk_bucket=0):
     """The operator in its packed form (the seeds' signature, SPEC 2).
 
     query, key: [T, Nk, Dk]; value: [T, Nv, Dv]; beta: [T, Nv] (these four in
@@ -278,7 +290,7 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
     initial_state's dtype (query's when None), or None if not output_final_state
     (default True).
     scale, use_qk_l2norm_in_kernel, threads, algo, precision, engine,
-    check_values: as in chunk_gated_delta_rule.
+    check_values, v_step, dk_bucket: as in chunk_gated_delta_rule.
     """
     kind = _t.common_kind(query=query, key=key, value=value, beta=beta, g=g, initial_state=initial_state)
     _t.check_rank("query", query, 3, "[T, Nk, Dk]")
@@ -297,7 +309,7 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
     gc = _t.contiguous_input("g", g) if g is not None else None
     out = _t.empty(kind, (T, Nv, Dv), qd)
     _prefill(*ins, gc, init, lens, out, final, _scale(scale), use_qk_l2norm_in_kernel, layout,
-             _threads(threads), _algo(algo), check_values, _precision(precision), _engine(engine))
+             _threads(threads), _algo(algo), check_values, _precision(precision), _engine(engine), v_step, dk_bucket)
     return out, final
 
 

@@ -85,7 +85,8 @@ cgdr::TensorView ToView(const char* name, const py::object& obj, bool writable =
 }
 
 cgdr::Options MakeOptions(double scale, bool l2norm, const std::string& layout, int threads, const std::string& algo,
-                          bool check_values, const std::string& precision = "auto", const std::string& engine = "auto") {
+                          bool check_values, const std::string& precision = "auto", const std::string& engine = "auto",
+                          int v_step = 0, int dk_bucket = 0) {
   cgdr::Options o;
   o.scale = scale;
   o.use_qk_l2norm = l2norm;
@@ -104,6 +105,8 @@ cgdr::Options MakeOptions(double scale, bool l2norm, const std::string& layout, 
     ValueError("engine: expected auto, vector, amx or amx-emu, got '" + engine + "'");
   }
   o.check_values = check_values;
+  o.v_step = v_step;        // ranges: cgdr::Validate, with the call's Dk
+  o.dk_bucket = dk_bucket;
   return o;
 }
 
@@ -122,7 +125,7 @@ void Prefill(const py::object& query, const py::object& key, const py::object& v
              const py::object& g, const py::object& initial_state, const py::object& seq_lens, const py::object& out,
              const py::object& final_state, double scale, bool use_qk_l2norm, const std::string& state_layout,
              int threads, const std::string& algo, bool check_values, const std::string& precision,
-             const std::string& engine) {
+             const std::string& engine, int v_step, int dk_bucket) {
   cgdr::Inputs in;
   cgdr::Outputs o;
   in.query = ToView("query", query);
@@ -135,7 +138,7 @@ void Prefill(const py::object& query, const py::object& key, const py::object& v
   o.out = ToView("out", out, true);
   o.final_state = ToView("final_state", final_state, true);
   const cgdr::Options opt =
-      MakeOptions(scale, use_qk_l2norm, state_layout, threads, algo, check_values, precision, engine);
+      MakeOptions(scale, use_qk_l2norm, state_layout, threads, algo, check_values, precision, engine, v_step, dk_bucket);
   cgdr::Status s;
   {
     py::gil_scoped_release release;  // the arguments above keep every buffer alive
@@ -252,7 +255,8 @@ PYBIND11_MODULE(_cgdr, m) {
   m.def("prefill", &Prefill, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
         py::arg("initial_state"), py::arg("seq_lens"), py::arg("out"), py::arg("final_state"), py::arg("scale"),
         py::arg("use_qk_l2norm"), py::arg("state_layout"), py::arg("threads"), py::arg("algo"),
-        py::arg("check_values"), py::arg("precision") = "auto", py::arg("engine") = "auto",
+        py::arg("check_values"), py::arg("precision") = "auto", py::arg("engine") = "auto", py::arg("v_step") = 0,
+        py::arg("dk_bucket") = 0,
         "Runs cgdr::Run on packed TND tensors (see SPEC 2); writes out and final_state in place.");
   m.def("decode_step", &Decode, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
         py::arg("state_pool"), py::arg("state_indices"), py::arg("out"), py::arg("scale"), py::arg("use_qk_l2norm"),

@@ -26,7 +26,7 @@ const char kUsage[] =
     "commands:\n"
     "  run    --input CASE.safetensors --output RESULT.safetensors [--threads N]\n"
     "         [--algo auto|recurrent|chunk16|chunk32|chunk64] [--precision auto|fp32|bf16|bf16x3|bf16x4]\n"
-    "         [--engine auto|vector|amx|amx-emu] [--check-values] [--quiet]\n"
+    "         [--engine auto|vector|amx|amx-emu] [--check-values] [--quiet] [--print-plan]\n"
     "         Run one case file (SPEC 7) and write `out` and `final_state` atomically.\n"
     "  plan   --t T --nk NK --nv NV --dk DK --dv DV [--b B] [--threads N]\n"
     "         [--dtype f16|bf16|f32] [--algo ...] [--precision ...] [--engine ...]\n"
@@ -50,7 +50,8 @@ const char kUsage[] =
 const char kRunUsage[] =
     "usage: cgdr run --input CASE.safetensors --output RESULT.safetensors [--threads N]\n"
     "                [--algo auto|recurrent|chunk16|chunk32|chunk64] [--check-values]\n"
-    "                [--precision auto|fp32|bf16|bf16x3|bf16x4] [--engine auto|vector|amx|amx-emu] [--quiet]\n"
+    "                [--precision auto|fp32|bf16|bf16x3|bf16x4] [--engine auto|vector|amx|amx-emu]\n"
+    "                [--quiet] [--print-plan]\n"
     "  CASE: tensors query, key, value, beta, seq_lens (int32), optional g and initial_state\n"
     "        (out and final_state may ride along, ignored); metadata scale, state_layout (vk|kv),\n"
     "        use_qk_l2norm (true|false). Header: at most 100 MiB, 1048576 tensors, rank 8.\n"
@@ -65,7 +66,8 @@ const char kRunUsage[] =
     "                  else fp32); fp32; bf16 (operands rounded to bf16, FP32 accumulation);\n"
     "                  bf16x3/bf16x4 (hi/lo split, compensated).\n"
     "  --engine        where bf16 products run: auto (default: AMX tiles where the CPU has\n"
-    "                  them, else the vector units), vector, amx, amx-emu (TDPBF16PS emulated).\n";
+    "                  them, else the vector units), vector, amx, amx-emu (TDPBF16PS emulated).\n"
+    "  --print-plan    print the plan the run used (as 'cgdr plan' does) and its time on stdout.\n";
 
 const char kPlanUsage[] =
     "usage: cgdr plan --t T --nk NK --nv NV --dk DK --dv DV [--b B] [--threads N]\n"
@@ -79,6 +81,17 @@ const char kMakeCaseUsage[] =
     "                      [--no-g] [--no-state] [--l2norm] [--scale X] [--seed N] [--break KIND]\n"
     "  A synthetic, well-conditioned case (testing). --break writes a deliberately bad one:\n"
     "  beta-i32, key-shape, seq-lens, missing-beta, bad-layout, unknown-tensor.\n";
+
+// The flags of run and plan: their parsers' lists, which `cgdr flags`
+// prints (tests/cli_conformance_test.py gives every one a row).
+struct CommandFlags {
+  const char* command;
+  FlagList valued, switches;
+};
+const CommandFlags kRunFlags{"run", {"--input", "--output", "--threads", "--algo", "--precision", "--engine"},
+                             {"--check-values", "--quiet", "--print-plan"}};
+const CommandFlags kPlanFlags{
+    "plan", {"--t", "--nk", "--nv", "--dk", "--dv", "--b", "--threads", "--dtype", "--algo", "--precision", "--engine"}, {}};
 
 const char kCheckUsage[] =
     "usage: cgdr check --input CASE --result RESULT [--heads 0,3,...]\n"
@@ -124,8 +137,7 @@ Status ParseEngineFlag(const Args& a, Engine* engine) {
 
 Status ParseRun(int argc, char** argv, RunRequest* req, bool* help) {
   Args a;
-  CGDR_CLI_TRY(a.Parse("run", argc, argv, {"--input", "--output", "--threads", "--algo", "--precision", "--engine"},
-                       {"--check-values", "--quiet"}));
+  CGDR_CLI_TRY(a.Parse("run", argc, argv, kRunFlags.valued, kRunFlags.switches));
   if ((*help = MaybeHelp(a, kRunUsage))) return Status::Ok();
   CGDR_CLI_TRY(a.Require("--input", &req->input));
   CGDR_CLI_TRY(a.Require("--output", &req->output));
@@ -137,6 +149,7 @@ Status ParseRun(int argc, char** argv, RunRequest* req, bool* help) {
   CGDR_CLI_TRY(ParseEngineFlag(a, &req->engine));
   req->check_values = a.Has("--check-values");
   req->quiet = a.Has("--quiet");
+  req->print_plan = a.Has("--print-plan");
   return Status::Ok();
 }
 
@@ -394,19 +407,19 @@ int RunMain(int argc, char** argv) {
   RunReport report;
   if (Status s = RunCaseFile(req, &report); !s.ok()) return ReportError(s);
   if (!req.quiet) std::printf("%s\n", OneLine(RunSummary(req, report)).c_str());
+  if (req.print_plan) {
+    // The plan is a function of the validated problem and the profile: the one Run made.
+    Plan plan;
+    if (Status s = MakePlan(report.problem, DefaultProfile(), &plan); !s.ok()) return ReportError(s);
+    std::printf("%srun: %.6f s\n", PlanToString(plan).c_str(), report.seconds);
+  }
   return kExitOk;
 }
 
 int PlanMain(int argc, char** argv) {
   Args a;
   Problem p;
-  if (Status s = a.Parse("plan", argc, argv,
-                         {"--t", "--nk", "--nv", "--dk", "--dv", "--b", "--threads", "--dtype", "--algo", "--precision",
-                          "--engine"},
-                         {});
-      !s.ok()) {
-    return ReportError(s);
-  }
+  if (Status s = a.Parse("plan", argc, argv, kPlanFlags.valued, kPlanFlags.switches); !s.ok()) return ReportError(s);
   if (MaybeHelp(a, kPlanUsage)) return kExitOk;
   if (Status s = ParsePlanProblem(a, &p); !s.ok()) return ReportError(s);
   Plan plan;
@@ -434,6 +447,19 @@ int CheckMain(int argc, char** argv) {
   return report.ok() ? kExitOk : kExitCheckFailed;
 }
 
+// Hidden: the flags a command's parser accepts, one per line ("--name VALUE"
+// or "--switch"), for the tests that hold every flag to a row.
+int FlagsMain(int argc, char** argv) {
+  const std::string cmd = argc == 1 ? argv[0] : "";
+  for (const CommandFlags* c : {&kRunFlags, &kPlanFlags}) {
+    if (cmd != c->command) continue;
+    for (const char* f : c->valued) std::printf("%s VALUE\n", f);
+    for (const char* f : c->switches) std::printf("%s\n", f);
+    return kExitOk;
+  }
+  return ReportError(Status::Invalid("usage: cgdr flags run|plan (the flags each command accepts)"));
+}
+
 namespace {
 
 struct Command {
@@ -442,7 +468,8 @@ struct Command {
 };
 constexpr Command kCommands[] = {{"run", RunMain},         {"plan", PlanMain},        {"bench", cgdr::BenchMain},
                                  {"tune", cgdr::TuneMain}, {"demo", DemoMain},        {"golden", GoldenMain},
-                                 {"compare", CompareMain}, {"make-case", MakeCaseMain}, {"check", CheckMain}};
+                                 {"compare", CompareMain}, {"make-case", MakeCaseMain}, {"check", CheckMain},
+                                 {"flags", FlagsMain}};
 
 const Command* FindCommand(const std::string& name) {
   for (const auto& c : kCommands) {
