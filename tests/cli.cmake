@@ -22,3 +22,12 @@ if(CGDR_PYTHON)
     PASS_REGULAR_EXPRESSION "[0-9]+ passed"
     FAIL_REGULAR_EXPRESSION "[0-9]+ (failed|error)|skipped")
 endif()
+
+# Every listed mutation still applies to the sources (tools/mutants): an edit
+# that moves a targeted line fails here, not hours into `make mutants`.
+find_program(CGDR_PYTHON3_FOR_MUTANTS python3)
+if(CGDR_PYTHON3_FOR_MUTANTS)
+  add_test(NAME mutants_apply COMMAND ${CGDR_PYTHON3_FOR_MUTANTS} ${PROJECT_SOURCE_DIR}/tools/mutants/run.py --check)
+  set_tests_properties(mutants_apply PROPERTIES LABELS cli TIMEOUT 120
+                       ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1" PASS_REGULAR_EXPRESSION "mutations apply")
+endif()
