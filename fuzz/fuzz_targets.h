@@ -16,5 +16,8 @@ int FuzzSafetensors(const uint8_t* data, size_t size);
 int FuzzApi(const uint8_t* data, size_t size);
 // (c) Small valid problems: cgdr::Run (any algo) against the FP64 reference.
 int FuzzDifferential(const uint8_t* data, size_t size);
+// (d) The .npy reader (in memory and from a file, which must agree) and the
+// .bin manifest reader: issue 19's rules for the other case kinds.
+int FuzzTensorFiles(const uint8_t* data, size_t size);
 
 }  // namespace cgdr::fuzz

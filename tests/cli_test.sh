@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end tests of the `cgdr` binary (SPEC 3 and 7): usage, run + FP64
 # check, layouts and dtypes, bad inputs (exit 2, one stderr line, no output
-# file), plan, the planner's profile, demo. Bash and coreutils only.
+# file), hostile files and output paths (issue 19), plan, the planner's
+# profile, demo. Bash and coreutils only (mknod and mkfifo included).
 #
-#   cli_test.sh PATH/TO/cgdr [usage|run_and_check|layouts_and_dtypes|bad_inputs|plan|profile|demo|all]
+#   cli_test.sh PATH/TO/cgdr [usage|run_and_check|layouts_and_dtypes|bad_inputs|hostile|plan|profile|demo|all]
 set -euo pipefail
 
 CGDR=${1:?usage: cli_test.sh PATH/TO/cgdr [section]}
@@ -67,10 +68,18 @@ section_usage() {
       expect_stdout_has "cgdr $h" "$word"
     done
   done
-  for sub in run plan demo make-case check golden compare; do
+  for sub in run plan bench tune demo make-case check golden compare; do
     expect_ok "cgdr $sub --help" "$CGDR" "$sub" --help
     expect_stdout_has "cgdr $sub --help" "usage: cgdr $sub"
+    ! grep -qF '%%' "$W/stdout" || fail "cgdr $sub --help prints a literal %%"
+    cp "$W/stdout" "$W/sub_help"
+    expect_ok "cgdr help $sub" "$CGDR" help "$sub"
+    cmp -s "$W/stdout" "$W/sub_help" || fail "cgdr help $sub differs from cgdr $sub --help"
   done
+  ! grep -qF '%%' "$W/stdout" || fail "cgdr --help prints a literal %%"
+  expect_error "help for an unknown command" "'cgdr help' takes one command name" "$CGDR" help frobnicate
+  expect_ok "cgdr --version" "$CGDR" --version
+  grep -qE '^cgdr [0-9]+\.[0-9]+\.[0-9]+$' "$W/stdout" || fail "cgdr --version: $(cat "$W/stdout")"
   expect_error "no command" "no command" "$CGDR"
   expect_error "unknown command" "unknown command 'frobnicate'" "$CGDR" frobnicate
   expect_error "unknown flag" "unknown flag '--bogus'" "$CGDR" run --bogus
@@ -87,6 +96,13 @@ section_usage() {
 
 section_run_and_check() {
   run_and_check varlen --lens 3,0,5 --nk 2 --nv 4 --dk 16 --dv 16
+  # One line on success, with units; none with --quiet.
+  expect_ok "run summary" "$CGDR" run --input "$W/varlen.case" --output "$W/summary" --algo chunk16 --threads 2
+  [ "$(wc -l <"$W/stdout")" -eq 1 ] || fail "run summary: $(wc -l <"$W/stdout") lines on stdout, expected 1"
+  grep -qE '^cgdr run: 8 tokens \(B=3 Nk=2 Nv=4 Dk=16 Dv=16 f32\), plan chunk16, fp32 on [a-z0-9_-]+, 2 threads: [0-9.]+ ms, [0-9]+ tokens/s; wrote .*/summary$' \
+    "$W/stdout" || fail "run summary: $(cat "$W/stdout")"
+  expect_ok "run --quiet" "$CGDR" run --input "$W/varlen.case" --output "$W/summary" --quiet
+  [ ! -s "$W/stdout" ] || fail "run --quiet printed: $(cat "$W/stdout")"
   # Every formulation passes the same check, and thread counts give identical bytes (SPEC 5).
   for algo in auto recurrent chunk16 chunk32 chunk64; do
     expect_ok "run --algo $algo" "$CGDR" run --input "$W/varlen.case" --output "$W/varlen.$algo" --algo "$algo" --threads 2
@@ -169,7 +185,7 @@ section_bad_inputs() {
   : >"$W/empty.case"
   bad_run "empty file" "too short" "$W/empty.case"
   bad_run "missing file" "cannot open" "$W/does-not-exist.case"
-  bad_run "directory as input" "not a regular file" "$W"
+  bad_run "directory as input" "not a regular file (a directory)" "$W"
 
   local kind want
   while read -r kind want; do
@@ -188,9 +204,74 @@ EOF
     "$CGDR" run --input "$W/good.case" --output "$W/no/such/dir/out.safetensors"
   [ ! -e "$W/no" ] || fail "a directory was created for the output"
   mkdir "$W/outdir"
-  expect_error "output is a directory" "cannot rename into place" "$CGDR" run --input "$W/good.case" --output "$W/outdir"
+  expect_error "output is a directory" "outdir: is a directory" "$CGDR" run --input "$W/good.case" --output "$W/outdir"
   [ -z "$(ls -A "$W/outdir")" ] || fail "output directory was written into"
   expect_no_temporaries "bad_inputs"
+}
+
+# st_file HEADER OUT: a safetensors file of the JSON in HEADER and no data.
+st_file() {
+  local n i
+  n=$(wc -c <"$1")
+  { for i in 0 1 2 3 4 5 6 7; do printf "\\x$(printf %02x $(( (n >> (8 * i)) & 255 )))"; done; cat "$1"; } >"$2"
+}
+
+# Issue 19's defects, end to end: each input gets exit 2 and one short line,
+# quickly; outputs that are not regular files are refused and left alone.
+# `timeout` bounds what used to hang or take hours (the fixed code takes
+# well under a second on each).
+section_hostile() {
+  expect_ok "make good case" "$CGDR" make-case --out "$W/good.case" --t 12
+
+  # 1. Arrays nested 100,000 deep in a shape (a 200 kB file): was SIGSEGV.
+  { printf '{"x":{"dtype":"F32","shape":'; head -c 100000 /dev/zero | tr '\0' '['; printf 1
+    head -c 100000 /dev/zero | tr '\0' ']'; printf ',"data_offsets":[0,4]}}'; } >"$W/deep.json"
+  st_file "$W/deep.json" "$W/deep.case"
+  expect_error "deep nesting" "tensor 'x': JSON nested deeper than 3 levels" \
+    timeout 60 "$CGDR" run --input "$W/deep.case" --output "$W/out.safetensors"
+  [ "$(wc -c <"$W/stderr")" -lt 400 ] || fail "deep nesting: the message is $(wc -c <"$W/stderr") bytes long"
+
+  # 2. 100,000 entries: was quadratic (64k entries took 45 s). The error names every tensor a case may carry.
+  seq 0 99999 | sed 's/.*/"t&":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}/' | paste -sd, |
+    sed 's/^/{/; s/$/}/' | tr -d '\n' >"$W/many.json"
+  st_file "$W/many.json" "$W/many.case"
+  expect_error "100,000 entries" \
+    "unknown tensor 't0' (expected query, key, value, beta, g, a, A_log, dt_bias, initial_state, seq_lens, out, final_state)" \
+    timeout 60 "$CGDR" run --input "$W/many.case" --output "$W/out.safetensors"
+
+  # 3. A FIFO as the input: open() blocked forever.
+  mkfifo "$W/fifo"
+  expect_error "FIFO input" "fifo: not a regular file (a FIFO)" \
+    timeout 60 "$CGDR" run --input "$W/fifo" --output "$W/out.safetensors"
+  expect_error "device input" "/dev/null: not a regular file (a character device)" \
+    "$CGDR" run --input /dev/null --output "$W/out.safetensors"
+  [ ! -e "$W/out.safetensors" ] || fail "an output was written for a refused input"
+
+  # 4. Outputs: a FIFO, a device node, a link to a device are refused and stay what they were.
+  expect_error "FIFO output" "fifo: is a FIFO" timeout 60 "$CGDR" run --input "$W/good.case" --output "$W/fifo"
+  [ -p "$W/fifo" ] || fail "FIFO output: the FIFO was replaced"
+  if mknod "$W/null" c 1 3 2>/dev/null; then
+    expect_error "device output" "null: is a character device" "$CGDR" run --input "$W/good.case" --output "$W/null"
+    [ -c "$W/null" ] || fail "device output: the device node was replaced"
+  fi
+  ln -s /dev/null "$W/devlink"
+  expect_error "link to a device" "devlink: is a character device (where the symbolic link leads: '/dev/null')" \
+    "$CGDR" run --input "$W/good.case" --output "$W/devlink"
+  [ -L "$W/devlink" ] && [ -c /dev/null ] || fail "link to a device: the link or /dev/null was replaced"
+  mkdir "$W/outdir"
+  expect_error "directory output" "outdir: is a directory" "$CGDR" run --input "$W/good.case" --output "$W/outdir"
+  # A link to a file (or to where one will be) is followed: the file gets the result, the link stays.
+  expect_ok "direct output" "$CGDR" run --input "$W/good.case" --output "$W/direct.safetensors" --quiet
+  echo old >"$W/target.safetensors"
+  ln -s target.safetensors "$W/link.safetensors"
+  ln -s new.safetensors "$W/dangling.safetensors"
+  for link in link dangling; do
+    expect_ok "output through a $link symlink" "$CGDR" run --input "$W/good.case" --output "$W/$link.safetensors" --quiet
+    [ -L "$W/$link.safetensors" ] || fail "output through a $link symlink: the link was replaced"
+  done
+  cmp -s "$W/direct.safetensors" "$W/target.safetensors" || fail "output through a symlink: target not written"
+  cmp -s "$W/direct.safetensors" "$W/new.safetensors" || fail "output through a dangling symlink: target not created"
+  expect_no_temporaries "hostile"
 }
 
 section_plan() {
@@ -355,6 +436,26 @@ section_golden_bad_inputs() {
   # A .npy that is not one.
   mkdir -p "$W/n" && echo "not numpy" >"$W/n/query.npy"
   expect_error "golden bad npy" "$W/n/query.npy: not a .npy file" "$CGDR" golden --input "$W/n" --out "$W/x"
+  # Issue 19's rules in golden's readers and writers: a FIFO named by a manifest is refused without
+  # blocking; a manifest nested past its depth limit is refused in one short line; an output file
+  # that is a FIFO or a link to a device is refused before anything is written, and stays what it was.
+  mkfifo "$W/s/fifo.bin" && cp "$W/s/case.json" "$W/s/fifo.json"
+  sed -i 's/"case.query.bin"/"fifo.bin"/' "$W/s/fifo.json"
+  expect_error "golden FIFO .bin" "fifo.bin: not a regular file (a FIFO)" \
+    timeout 60 "$CGDR" golden --input "$W/s/fifo.json" --out "$W/x"
+  { printf '{"tensors": {"query": {"file": "q.bin", "dtype": "bf16", "shape": '
+    head -c 100000 /dev/zero | tr '\0' '['; head -c 100000 /dev/zero | tr '\0' ']'; printf '}}}'; } >"$W/s/deep.json"
+  expect_error "golden deep manifest" "deep.json: JSON nested deeper than 4 levels" \
+    timeout 60 "$CGDR" golden --input "$W/s/deep.json" --out "$W/x"
+  [ "$(wc -c <"$W/stderr")" -lt 400 ] || fail "golden deep manifest: the message is $(wc -c <"$W/stderr") bytes long"
+  mkdir -p "$W/fo" && mkfifo "$W/fo/golden.safetensors"
+  expect_error "golden FIFO output" "golden.safetensors: is a FIFO" timeout 60 "$CGDR" golden --generate --t 20 --nk 1 \
+    --nv 2 --dk 16 --dv 16 --out "$W/fo" --check-heads 0
+  [ -p "$W/fo/golden.safetensors" ] || fail "golden FIFO output: the FIFO was replaced"
+  mkdir -p "$W/lo" && ln -s /dev/null "$W/lo/golden.out.bin"
+  expect_error "golden output linked to a device" "(where the symbolic link leads: '/dev/null')" \
+    "$CGDR" golden --generate --t 20 --nk 1 --nv 2 --dk 16 --dv 16 --out "$W/lo" --format bin --check-heads 0
+  [ -L "$W/lo/golden.out.bin" ] && [ -c /dev/null ] || fail "golden output linked to a device: the link was replaced"
   # compare: missing flags, results that do not match, bad level.
   local g="$W/s/golden.json" b="$W/s/benchmark.json"
   expect_error "compare no actual" "needs --actual" "$CGDR" compare --golden "$g" --benchmark "$b"
@@ -379,7 +480,7 @@ section_demo() {
   expect_ok "check demo result" "$CGDR" check --input "$W/demo_case.safetensors" --result "$W/demo_result.safetensors" --heads 0,31
 }
 
-SECTIONS="usage run_and_check layouts_and_dtypes bad_inputs plan profile demo golden golden_bad_inputs"
+SECTIONS="usage run_and_check layouts_and_dtypes bad_inputs hostile plan profile demo golden golden_bad_inputs"
 case " $SECTIONS all " in
   *" $SECTION "*) ;;
   *) fail "unknown section '$SECTION' (one of: $SECTIONS all)" ;;

@@ -4,11 +4,17 @@
 #include "io/tensor_files.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <map>
 #include <string>
 #include <vector>
@@ -229,6 +235,154 @@ TEST(tensor_files, ResultsWithoutFinalState) {
   EXPECT_FALSE(r.outputs.final_state.present());
   ASSERT_TRUE(WriteNpy(dir / "r/o.npy", o.out).ok());
   ExpectError(LoadResultFiles(dir / "r", &r), "unknown tensor 'o' (expected out, final_state)");
+}
+
+// Issue 19's rules for the .npy and .bin readers: the JSON descriptions are
+// checked for depth before they are parsed (a deep "shape" reached nlohmann's
+// recursive dump() in the error message), and nothing is echoed raw.
+TEST(tensor_files, DeepJsonDescriptionsAreRefusedAtTheDepthLimit) {
+  TempDir dir;
+  TensorBundle b;
+  WriteText(dir / "q.bin", std::string(8, '\0'));
+  const auto manifest = [](const std::string& shape) {
+    return R"({"tensors": {"query": {"file": "q.bin", "dtype": "bf16", "shape": )" + shape + "}}}";
+  };
+  WriteText(dir / "ok.json", manifest("[2, 2]"));  // 4 levels: the limit
+  const Status ok = ReadTensorBundle(dir / "ok.json", &b);
+  EXPECT_TRUE(ok.ok()) << ok.message();
+  WriteText(dir / "five.json", manifest("[[2, 2]]"));
+  ExpectError(ReadTensorBundle(dir / "five.json", &b), "JSON nested deeper than 4 levels");
+  const int deep = 200000;  // 400 kB, under the 1 MiB limit
+  WriteText(dir / "deep.json", manifest(std::string(deep, '[') + std::string(deep, ']')));
+  ExpectError(ReadTensorBundle(dir / "deep.json", &b), "JSON nested deeper than 4 levels");
+
+  Case c = SmallCase();
+  const std::string npy = dir / "case";
+  ASSERT_TRUE(SaveCaseFiles(FileKind::kNpy, npy, c.inputs(), c.options()).ok());
+  const std::string nested = std::string(deep, '[') + std::string(deep, ']');
+  WriteText(npy + "/metadata.json", R"({"dtypes": {"query": )" + nested + "}}");
+  CaseFiles got;
+  ExpectError(LoadCaseFiles(npy, &got), "metadata.json: JSON nested deeper than 4 levels");
+}
+
+TEST(tensor_files, JsonDescriptionsAreQuotedEscaped) {
+  TempDir dir;
+  TensorBundle b;
+  WriteText(dir / "utf8.json", "{\"tensors\": {\"q\xff\": {}}}");
+  ExpectError(ReadTensorBundle(dir / "utf8.json", &b), "not valid JSON (invalid UTF-8");
+  WriteText(dir / "q\nx.bin", std::string(6, '\0'));
+  WriteText(dir / "nl.json", R"({"tensors": {"que\nry": {"file": "q\nx.bin", "dtype": "bf\u0007", "shape": [2]}}})");
+  ExpectError(ReadTensorBundle(dir / "nl.json", &b), "tensor 'que\\x0ary': unsupported dtype \"bf\\x07\"");
+  WriteText(dir / "size.json", R"({"tensors": {"query": {"file": "q\nx.bin", "dtype": "bf16", "shape": [2]}}})");
+  ExpectError(ReadTensorBundle(dir / "size.json", &b), "q\\x0ax.bin holds 6 bytes, expected 4");
+}
+
+// Runs `read` on another thread; fails (after unblocking it) if it blocks on `fifo`.
+Status WithoutBlocking(const std::string& fifo, const std::function<Status()>& read) {
+  auto r = std::async(std::launch::async, read);
+  if (r.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // lets a blocked open() return
+    if (w >= 0) ::close(w);
+    ADD_FAILURE() << "blocked on the FIFO " << fifo;
+  }
+  return r.get();
+}
+
+// Issue 19, defect 3 in the other readers: a FIFO named by a manifest, in a
+// .npy directory or as its metadata.json is refused before it is opened.
+TEST(tensor_files, NonRegularInputsAreRefusedWithoutBlocking) {
+  TempDir dir;
+  ASSERT_EQ(::mkfifo((dir / "q.bin").c_str(), 0600), 0);
+  WriteText(dir / "m.json", R"({"tensors": {"query": {"file": "q.bin", "dtype": "bf16", "shape": [2]}}})");
+  const std::string manifest = dir / "m.json";
+  Status s = WithoutBlocking(dir / "q.bin", [&] {
+    TensorBundle b;
+    return ReadTensorBundle(manifest, &b);
+  });
+  ExpectError(s, "q.bin: not a regular file (a FIFO)");
+
+  Case c = SmallCase();
+  const std::string npy = dir / "case";
+  ASSERT_TRUE(SaveCaseFiles(FileKind::kNpy, npy, c.inputs(), c.options()).ok());
+  for (const char* name : {"/g.npy", "/metadata.json"}) {
+    const std::string fifo = npy + name;
+    std::filesystem::remove(fifo);
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    s = WithoutBlocking(fifo, [&] {
+      CaseFiles got;
+      return LoadCaseFiles(npy, &got);
+    });
+    ExpectError(s, std::string(name + 1) + ": not a regular file (a FIFO)");
+    std::filesystem::remove(fifo);
+  }
+}
+
+// A version-1 header whose dict ends inside the first 12 bytes read: the
+// reader read the rest of the file into memory past the end of its buffer
+// (a heap overflow), then reported an unexpected end of file.
+TEST(tensor_files, NpyHeaderShorterThanItsPreambleRead) {
+  TempDir dir;
+  for (int len : {0, 1}) {
+    std::string bytes("\x93NUMPY\x01\x00", 8);
+    bytes += static_cast<char>(len);
+    bytes += '\0';
+    bytes += std::string(54, 'x');
+    WriteText(dir / "a.npy", bytes);
+    NpyArray a;
+    ExpectError(ReadNpy(dir / "a.npy", &a), "bytes is too short for its dict");
+  }
+}
+
+// The byte limits of a .npy header and of a JSON description, on both sides.
+TEST(tensor_files, HeaderByteLimitsOnBothSides) {
+  const uint32_t limit = 1u << 20;
+  for (uint32_t len : {limit, limit + 1}) {
+    std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }";
+    dict.resize(len - 1, ' ');
+    dict += '\n';
+    std::string bytes("\x93NUMPY\x02\x00", 8);
+    for (int i = 0; i < 4; ++i) bytes += static_cast<char>((len >> (8 * i)) & 0xFF);
+    NpyArray a;
+    const Status s = Parse(bytes + dict + Raw(std::vector<float>{2.5f}), &a);
+    if (len == limit) {
+      ASSERT_TRUE(s.ok()) << s.message();
+      EXPECT_EQ(static_cast<const float*>(static_cast<const void*>(a.data.data()))[0], 2.5f);
+    } else {
+      ExpectError(s, ".npy header of 1048577 bytes exceeds the limit of 1048576 bytes");
+    }
+  }
+  TempDir dir;
+  WriteText(dir / "q.bin", std::string(4, '\0'));
+  for (uint32_t size : {limit, limit + 1}) {
+    std::string text = R"({"tensors": {"query": {"file": "q.bin", "dtype": "f32", "shape": [1]}}})";
+    text.resize(size, ' ');
+    WriteText(dir / "m.json", text);
+    TensorBundle b;
+    const Status s = ReadTensorBundle(dir / "m.json", &b);
+    if (size == limit) {
+      EXPECT_TRUE(s.ok()) << s.message();
+    } else {
+      ExpectError(s, "file of 1048577 bytes is too large for a JSON description");
+    }
+  }
+}
+
+// Every file a bundle writes goes through the output-path rules.
+TEST(tensor_files, BundleOutputsFollowTheOutputPathRules) {
+  TempDir dir;
+  Case c = SmallCase();
+  const std::string npy = dir / "case";
+  ASSERT_EQ(std::filesystem::create_directory(npy), true);
+  ASSERT_EQ(::mkfifo((npy + "/query.npy").c_str(), 0600), 0);
+  ExpectError(SaveCaseFiles(FileKind::kNpy, npy, c.inputs(), c.options()), "query.npy: is a FIFO");
+  struct stat st {};
+  ASSERT_EQ(::lstat((npy + "/query.npy").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  ASSERT_EQ(::symlink("/dev/null", (dir / "m.key.bin").c_str()), 0);
+  ExpectError(SaveCaseFiles(FileKind::kBin, dir / "m.json", c.inputs(), c.options()),
+              "(where the symbolic link leads: '/dev/null')");
+  ASSERT_EQ(::lstat((dir / "m.key.bin").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
 }
 
 }  // namespace

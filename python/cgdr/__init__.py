@@ -23,6 +23,7 @@ import warnings
 from . import _cgdr
 from . import _tensors as _t
 from ._golden import compare, golden
+from ._options import _choice, _scale, _threads
 
 __version__ = "0.1.0"
 __all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_tnd", "recurrent_step", "active_target", "golden",
@@ -36,33 +37,12 @@ def active_target():
     return _cgdr.active_target()
 
 
-def _scale(scale):
-    if scale is None:
-        return 0.0  # the native layer resolves 0 to 1/sqrt(Dk)
-    scale = float(scale)
-    if scale == 0.0:
-        raise ValueError("scale: expected a non-zero number or None (1/sqrt(K)), got 0")
-    return scale
-
-
-def _threads(threads):
-    if threads is None:
-        return 0
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads: expected None (all cores) or a positive int, got {threads!r}")
-    return threads
-
-
 def _layout(state_layout):
-    if state_layout not in ("kv", "vk"):
-        raise ValueError(f"state_layout: expected 'kv' ([N, HV, K, V]) or 'vk' ([N, HV, V, K]), got {state_layout!r}")
-    return state_layout
+    return _choice("state_layout", state_layout, ("kv", "vk"), "'kv' ([N, HV, K, V]) or 'vk' ([N, HV, V, K])")
 
 
 def _algo(algo):
-    if algo not in _ALGOS:
-        raise ValueError(f"algo: expected one of {', '.join(_ALGOS)}, got {algo!r}")
-    return algo
+    return _choice("algo", algo, _ALGOS)
 
 
 _PRECISIONS = ("auto", "fp32", "bf16", "bf16x3", "bf16x4")
@@ -70,31 +50,34 @@ _ENGINES = ("auto", "vector", "amx", "amx-emu")
 
 
 def _precision(precision):
-    if precision not in _PRECISIONS:
-        raise ValueError(f"precision: expected one of {', '.join(_PRECISIONS)}, got {precision!r}")
-    return precision
+    return _choice("precision", precision, _PRECISIONS)
 
 
 def _engine(engine):
-    if engine not in _ENGINES:
-        raise ValueError(f"engine: expected one of {', '.join(_ENGINES)}, got {engine!r}")
-    return engine
+    return _choice("engine", engine, _ENGINES)
+
+
+def _int_option(name, value):
+    """v_step, dk_bucket: an int, whose range the native validation checks."""
+    if isinstance(value, bool) or not isinstance(value, int) or not -2**31 <= value < 2**31:
+        raise ValueError(f"{name}: expected an int, got {value!r}")
+    return value
 
 
 def _prefill(q, k, v, beta, g, initial_state, seq_lens, out, final_state, scale, l2norm, layout, threads,
-             algo, check_values, precision="auto", engine="auto", gate=None, beta_sigmoid=False, state_indices=None,
-             state_slot_stride=0, checkpoint_states=None, checkpoint_every=0):
+             algo, check_values, precision="auto", engine="auto", v_step=0, dk_bucket=0, gate=None, beta_sigmoid=False,
+             state_indices=None, state_slot_stride=0, checkpoint_states=None, checkpoint_every=0):
     """The one call into the native prefill; every tensor is already prepared.
     gate: None or (a, A_log, dt_bias), the gate in the kernel (docs/SPEC.md 6d)."""
     a, a_log, dt_bias = gate if gate is not None else (None, None, None)
     _cgdr.prefill(_t.native("query", q), _t.native("key", k), _t.native("value", v), _t.native("beta", beta),
                   _t.native("g", g), _t.native("initial_state", initial_state), seq_lens, _t.native("out", out),
                   _t.native("final_state", final_state), scale, bool(l2norm), layout, threads, algo,
-                  bool(check_values), _precision(precision), _engine(engine), a=_t.native("a", a),
-                  A_log=_t.native("A_log", a_log), dt_bias=_t.native("dt_bias", dt_bias),
-                  beta_sigmoid=bool(beta_sigmoid), state_indices=state_indices,
-                  state_slot_stride=int(state_slot_stride), checkpoint_states=_t.native("checkpoint_states",
-                                                                                         checkpoint_states),
+                  bool(check_values), _precision(precision), _engine(engine), _int_option("v_step", v_step),
+                  _int_option("dk_bucket", dk_bucket), a=_t.native("a", a), A_log=_t.native("A_log", a_log),
+                  dt_bias=_t.native("dt_bias", dt_bias), use_beta_sigmoid=bool(beta_sigmoid), state_indices=state_indices,
+                  state_slot_stride=int(state_slot_stride),
+                  checkpoint_states=_t.native("checkpoint_states", checkpoint_states),
                   checkpoint_every=int(checkpoint_every))
 
 
@@ -144,6 +127,7 @@ _FLA_UNSUPPORTED = {
     "cp_context": "context parallelism is not supported (one process computes every sequence)",
 }
 _FLA_IGNORED = ("chunk_size",)  # a kernel tuning choice
+_FLA_GATE = ("use_gate_in_kernel", "A_log", "dt_bias")  # the gate in the kernel (docs/SPEC.md 6d), read from **kwargs
 
 
 def _fla_layout(state_v_first, state_layout, extra):
@@ -197,7 +181,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                            use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
                            state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, chunk_indices=None,
                            cp_context=None, *, state_layout=None, threads=None, algo="auto", check_values=False,
-                           precision="auto", engine="auto", **fla_kwargs):
+                           precision="auto", engine="auto", v_step=0, dk_bucket=0, **fla_kwargs):
     """flash-linear-attention's chunk_gated_delta_rule on the CPU.
 
     The arguments up to cp_context are fla's (0.6), in fla's order, with its
@@ -214,17 +198,24 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     holds the raw b and the kernel uses sigmoid(b).
 
     q, k: [B, T, H, K]; v: [B, T, HV, V] (HV a multiple of H, grouped heads);
-    g (log decay, may be None) and beta: [B, T, HV]. q, k, v, beta share one
-    dtype; g may be any float dtype. With cu_seqlens (N+1 offsets) B must be 1
-    and the N sequences are packed along T.
-    initial_state: [N, HV, K, V] (fla's default; state_layout "kv") or
-    [N, HV, V, K] (state_v_first=True, or state_layout "vk"), N = B or
-    len(cu_seqlens) - 1.
+    beta: [B, T, HV]; g: [B, T, HV] log decays (<= 0), or None for no decay.
+    q, k, v and beta share one dtype (float16, bfloat16 or float32; numpy has
+    no bfloat16); g may be any of the three, independently. B >= 1. With
+    cu_seqlens (N+1 offsets [0, ..., T]) B must be 1 and the N sequences are
+    packed along T.
+    scale: None (default) for 1/sqrt(K), else a finite non-zero number.
+    initial_state: None (zeros) or [N, HV, K, V] (fla's default; state_layout
+    "kv") or [N, HV, V, K] (state_v_first=True, or state_layout "vk"), N = B or
+    len(cu_seqlens) - 1, any of the three float dtypes.
+    use_qk_l2norm_in_kernel: divide q and k rows by sqrt(sum x^2 + 1e-6).
+    threads: None (default: every CPU this process may use) or 1..4096.
 
-    Returns (o, final_state): o [B, T, HV, V] in q's dtype; final_state (only
-    if output_final_state) in initial_state's dtype, float32 when there is no
-    initial state (as fla), in the same layout as initial_state.
+    Returns (o, final_state): o [B, T, HV, V] in q's dtype; final_state (None
+    unless output_final_state) in initial_state's dtype, float32 when there is
+    no initial state (as fla), in initial_state's layout.
 
+    algo: "auto" (default: the planner picks) or a forced formulation
+    ("recurrent", "chunk16", "chunk32", "chunk64", "chunk128").
     precision: "auto" (default: the fastest mode whose error meets the
     contract for the dtype, docs/SPEC.md 6c: "bf16x3" on AMX tiles for
     f16/bf16 inputs where the CPU has AMX, else "fp32"), "fp32", "bf16"
@@ -237,10 +228,19 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     where the CPU has them, else the vector units), "vector", "amx" (the
     vector units where AMX is not usable), "amx-emu" (the tile numerics
     emulated; slow, for tests).
+    check_values: False (default); True first scans every input (initial_state
+    included) and raises ValueError on a NaN or Inf, or on g > 0, before
+    anything is written (one extra pass over the inputs).
+
+    Bad arguments raise TypeError (kind of object, dtype) or ValueError
+    (shapes, values, options) before anything is written.
+
+    v_step (V tile width, 1..256) and dk_bucket (64, 80, 96, 128 >= K, or -1
+    for the generic path) force the plan's choices (0: the plan picks; for
+    tests and tuning, docs/SPEC.md 2.2).
     """
     layout = _fla_layout(state_v_first, state_layout, fla_kwargs)
-    use_gate = fla_kwargs.pop("use_gate_in_kernel", False)
-    A_log, dt_bias = fla_kwargs.pop("A_log", None), fla_kwargs.pop("dt_bias", None)
+    use_gate, A_log, dt_bias = (fla_kwargs.pop(n, d) for n, d in zip(_FLA_GATE, (False, None, None)))
     _check_fla_options(fla_kwargs, allow_neg_eigval, cp_context)
     if use_gate and g is None:
         raise ValueError("g: use_gate_in_kernel=True needs the raw gate in g, got None")
@@ -254,9 +254,18 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         _t.check_rank("g", g, 3, "[B, T, HV]")
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
+    if B < 1:
+        raise ValueError(f"q: expected a batch of B >= 1 sequences ([B, T, H, K]), got B = 0 (shape {list(q.shape)})")
     for name, x in (("k", k), ("v", v), ("beta", beta), ("g", g)):
         if x is not None and tuple(x.shape[:2]) != (B, T):
             raise ValueError(f"{name}: expected leading dimensions [B, T] = [{B}, {T}] as q, got {list(x.shape)}")
+    if tuple(k.shape) != tuple(q.shape):
+        raise ValueError(f"k: expected the shape of q, [B, T, H, K] = {list(q.shape)}, got {list(k.shape)}")
+    if H >= 1 and HV % H != 0:
+        raise ValueError(f"v: expected HV (its heads) to be a multiple of H = {H} (the heads of q), got HV = {HV}")
+    for name, x in (("beta", beta), ("g", g)):
+        if x is not None and tuple(x.shape) != (B, T, HV):
+            raise ValueError(f"{name}: expected shape [B, T, HV] = {[B, T, HV]}, got {list(x.shape)}")
     if cu_seqlens is not None:
         if B != 1:
             raise ValueError(f"cu_seqlens: expected B = 1 when cu_seqlens is given (sequences packed along T), got B = {B}")
@@ -286,7 +295,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     gate = _gate_inputs(packed(gc), A_log, dt_bias) if use_gate else None
     _prefill(packed(qc), packed(kc), packed(vc), packed(bc), None if use_gate else packed(gc), init_arg, seq_lens,
              packed(o), final, _scale(scale), use_qk_l2norm_in_kernel, layout, _threads(threads), _algo(algo),
-             check_values, _precision(precision), _engine(engine), gate=gate,
+             check_values, _precision(precision), _engine(engine), v_step, dk_bucket, gate=gate,
              beta_sigmoid=use_beta_sigmoid_in_kernel)
     return o, final
 
@@ -294,18 +303,22 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
 def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens, g=None, scale=None,
                                use_qk_l2norm_in_kernel=False, state_layout="vk", threads=None,
                                output_final_state=True, algo="auto", check_values=False, precision="auto",
-                               engine="auto", *, a=None, A_log=None, dt_bias=None, use_beta_sigmoid=False,
-                               state_indices=None, state_slot_stride=0, checkpoint_every=0):
+                               engine="auto", v_step=0, dk_bucket=0, *, a=None, A_log=None, dt_bias=None,
+                               use_beta_sigmoid=False, state_indices=None, state_slot_stride=0, checkpoint_every=0):
     """The operator in its packed form (the seeds' signature, SPEC 2).
 
-    query, key: [T, Nk, Dk]; value: [T, Nv, Dv]; beta: [T, Nv]; g: [T, Nv] or
-    None; initial_state: [B, Nv, Dv, Dk] (state_layout "vk", the default) or
-    [B, Nv, Dk, Dv] ("kv"), or None for zeros; seq_lens: B lengths summing to T.
+    query, key: [T, Nk, Dk]; value: [T, Nv, Dv]; beta: [T, Nv] (these four in
+    one dtype: float16, bfloat16 or float32); g: [T, Nv] log decays (<= 0) in
+    any of the three dtypes, or None; initial_state: [B, Nv, Dv, Dk]
+    (state_layout "vk", the default here) or [B, Nv, Dk, Dv] ("kv"), or None
+    for zeros; seq_lens: B >= 1 lengths summing to T (list, numpy or torch
+    integers).
 
     Returns (out, final_state): out [T, Nv, Dv] in query's dtype; final_state in
-    initial_state's dtype (query's when None), or None if not output_final_state.
-    precision: "auto" (default), "fp32", "bf16", "bf16x3" or "bf16x4"; engine: "auto"
-    (default), "vector", "amx" or "amx-emu" (see chunk_gated_delta_rule).
+    initial_state's dtype (query's when None), or None if not output_final_state
+    (default True).
+    scale, use_qk_l2norm_in_kernel, threads, algo, precision, engine,
+    check_values, v_step, dk_bucket: as in chunk_gated_delta_rule.
 
     Serving (docs/SPEC.md 6d), keyword-only:
     a [T, Nv], A_log [Nv], dt_bias [Nv] (optional): the gate in the kernel,
@@ -351,7 +364,7 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
     gc = _t.contiguous_input("g", g) if g is not None else None
     out = _t.empty(kind, (T, Nv, Dv), qd)
     _prefill(*ins, gc, init, lens, out, final, _scale(scale), use_qk_l2norm_in_kernel, layout,
-             _threads(threads), _algo(algo), check_values, _precision(precision), _engine(engine),
+             _threads(threads), _algo(algo), check_values, _precision(precision), _engine(engine), v_step, dk_bucket,
              gate=_gate_inputs(a, A_log, dt_bias), beta_sigmoid=use_beta_sigmoid, state_indices=slots,
              state_slot_stride=state_slot_stride, checkpoint_states=checkpoints,
              checkpoint_every=checkpoint_every)
@@ -364,14 +377,22 @@ def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, s
                    output_states=False, state_slot_stride=0):
     """One decode step: a new token for each of N sequences.
 
-    query, key: [N, Nk, Dk]; value: [N, Nv, Dv]; beta, g: [N, Nv] (g may be
-    None); state_pool: [P, Nv, Dk, Dv] (state_layout "kv", the default) or
-    [P, Nv, Dv, Dk] ("vk"), any float dtype, contiguous, updated in place;
-    state_indices: N ints, row n uses state_pool[state_indices[n]], a negative
-    index skips row n (its output row is zeroed). Indices must be < P and
-    distinct; this is checked before anything is written.
+    query, key: [N, Nk, Dk]; value: [N, Nv, Dv]; beta: [N, Nv] (these four in
+    one dtype: float16, bfloat16 or float32); g: [N, Nv] log decays in any of
+    the three dtypes, or None; state_pool: [P, Nv, Dk, Dv] (state_layout "kv",
+    the default) or [P, Nv, Dv, Dk] ("vk"), any of the three float dtypes
+    (the math is FP32; a 16-bit pool is rounded once per step, so its error
+    grows with the number of steps: README, "Decode with 16-bit state
+    pools"), contiguous, updated in place; state_indices: N ints, row n uses
+    state_pool[state_indices[n]], a negative index skips row n (its output row
+    is zeroed). Indices must be < P and distinct; this is checked before
+    anything is written.
 
     out: optional preallocated [N, Nv, Dv] output (query's dtype and kind).
+    check_values: False (default); True first scans the inputs and the pool
+    rows the step will use, and raises ValueError on a NaN or Inf (or g > 0)
+    before anything is written.
+    scale, use_qk_l2norm_in_kernel, threads: as in chunk_gated_delta_rule.
     Returns out.
 
     Verify (speculative decoding, docs/SPEC.md 6d): with query, key [N, K,
@@ -411,6 +432,6 @@ def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, s
                       _t.native("state_pool", pool), idx, _t.native("out", out), _scale(scale),
                       bool(use_qk_l2norm_in_kernel), _layout(state_layout), _threads(threads), bool(check_values),
                       a=_t.native("a", gate[0]), A_log=_t.native("A_log", gate[1]),
-                      dt_bias=_t.native("dt_bias", gate[2]), beta_sigmoid=bool(use_beta_sigmoid), dst_indices=dst,
+                      dt_bias=_t.native("dt_bias", gate[2]), use_beta_sigmoid=bool(use_beta_sigmoid), dst_indices=dst,
                       states=_t.native("states", states), state_slot_stride=int(state_slot_stride))
     return out if states is None else (out, states)

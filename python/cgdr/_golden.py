@@ -6,6 +6,7 @@ import json
 
 from . import _cgdr
 from . import _tensors as _t
+from ._options import _scale, _threads
 
 _FAULTS = (None, "dropped-state", "tail-mask", "swapped-heads", "g-sign")
 
@@ -70,8 +71,8 @@ def golden(query, key, value, beta, seq_lens, g=None, initial_state=None, *, sca
 
     _cgdr.golden(*(_t.native(n, x) for n, x in zip(("query", "key", "value", "beta"), ins)), _t.native("g", gc),
                  _t.native("initial_state", init), lens, native_pair("golden"), native_pair("benchmark"),
-                 native_pair("actual"), 0.0 if scale is None else float(scale), bool(use_qk_l2norm), layout,
-                 0 if threads is None else int(threads), operands, engine, fault or "none")
+                 native_pair("actual"), _scale(scale), bool(use_qk_l2norm), layout,
+                 _threads(threads), operands, engine, fault or "none")
     return res
 
 
@@ -120,5 +121,5 @@ def compare(golden, benchmark, actual, *, seq_lens=None, level="L1", dtype=None,
                for n, pair in zip(("golden", "benchmark", "actual"), tensors)]
     lens = [] if seq_lens is None else [int(x) for x in _t.int32_vector("seq_lens", seq_lens)]
     report = _cgdr.compare(natives[0], natives[1], natives[2], lens, str(level), "" if dtype is None else str(dtype),
-                           float(eps), state_layout, 0 if threads is None else int(threads))
+                           float(eps), state_layout, _threads(threads))
     return json.loads(report)

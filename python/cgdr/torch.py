@@ -139,9 +139,16 @@ def _check(query, key, value, g, beta):
                                 ("beta", beta, 3, "[B, T, H]")):
         _t.check_rank(name, x, rank, dims)
     B, T = query.shape[:2]
+    if B < 1:
+        raise ValueError(f"query: expected a batch of B >= 1 sequences ([B, T, H, K]), got B = 0 "
+                         f"(shape {list(query.shape)})")
     for name, x in (("key", key), ("value", value), ("g", g), ("beta", beta)):
         if tuple(x.shape[:2]) != (B, T):
             raise ValueError(f"{name}: expected leading dimensions [B, T] = [{B}, {T}] as query, got {list(x.shape)}")
+    # Heads in transformers' terms here, before the fla entry checks them in fla's (q, v, HV).
+    Nk, Nv = query.shape[2], value.shape[2]
+    if Nk >= 1 and Nv % Nk != 0:
+        raise ValueError(f"value: expected Nv to be a multiple of Nk = {Nk} (grouped heads), got Nv = {Nv}")
 
 
 def _token_tensors(query, key, value, g, beta):

@@ -85,7 +85,8 @@ cgdr::TensorView ToView(const char* name, const py::object& obj, bool writable =
 }
 
 cgdr::Options MakeOptions(double scale, bool l2norm, const std::string& layout, int threads, const std::string& algo,
-                          bool check_values, const std::string& precision = "auto", const std::string& engine = "auto") {
+                          bool check_values, const std::string& precision = "auto", const std::string& engine = "auto",
+                          int v_step = 0, int dk_bucket = 0) {
   cgdr::Options o;
   o.scale = scale;
   o.use_qk_l2norm = l2norm;
@@ -104,6 +105,8 @@ cgdr::Options MakeOptions(double scale, bool l2norm, const std::string& layout, 
     ValueError("engine: expected auto, vector, amx or amx-emu, got '" + engine + "'");
   }
   o.check_values = check_values;
+  o.v_step = v_step;        // ranges: cgdr::Validate, with the call's Dk
+  o.dk_bucket = dk_bucket;
   return o;
 }
 
@@ -122,8 +125,8 @@ void Prefill(const py::object& query, const py::object& key, const py::object& v
              const py::object& g, const py::object& initial_state, const py::object& seq_lens, const py::object& out,
              const py::object& final_state, double scale, bool use_qk_l2norm, const std::string& state_layout,
              int threads, const std::string& algo, bool check_values, const std::string& precision,
-             const std::string& engine, const py::object& a, const py::object& A_log, const py::object& dt_bias,
-             bool beta_sigmoid, const py::object& state_indices, int64_t state_slot_stride,
+             const std::string& engine, int v_step, int dk_bucket, const py::object& a, const py::object& A_log,
+             const py::object& dt_bias, bool use_beta_sigmoid, const py::object& state_indices, int64_t state_slot_stride,
              const py::object& checkpoint_states, int64_t checkpoint_every) {
   cgdr::Inputs in;
   cgdr::Outputs o;
@@ -141,8 +144,9 @@ void Prefill(const py::object& query, const py::object& key, const py::object& v
   in.seq_lens = ToView("seq_lens", seq_lens);
   o.out = ToView("out", out, true);
   o.final_state = ToView("final_state", final_state, true);
-  cgdr::Options opt = MakeOptions(scale, use_qk_l2norm, state_layout, threads, algo, check_values, precision, engine);
-  opt.use_beta_sigmoid = beta_sigmoid;
+  cgdr::Options opt =
+      MakeOptions(scale, use_qk_l2norm, state_layout, threads, algo, check_values, precision, engine, v_step, dk_bucket);
+  opt.use_beta_sigmoid = use_beta_sigmoid;
   opt.state_slot_stride = state_slot_stride;
   opt.checkpoint_every = checkpoint_every;
   cgdr::Status s;
@@ -156,7 +160,7 @@ void Prefill(const py::object& query, const py::object& key, const py::object& v
 void Decode(const py::object& query, const py::object& key, const py::object& value, const py::object& beta,
             const py::object& g, const py::object& state_pool, const py::object& state_indices, const py::object& out,
             double scale, bool use_qk_l2norm, const std::string& state_layout, int threads, bool check_values,
-            const py::object& a, const py::object& A_log, const py::object& dt_bias, bool beta_sigmoid,
+            const py::object& a, const py::object& A_log, const py::object& dt_bias, bool use_beta_sigmoid,
             const py::object& dst_indices, const py::object& states, int64_t state_slot_stride) {
   cgdr::DecodeInputs in;
   cgdr::DecodeOutputs o;
@@ -174,7 +178,7 @@ void Decode(const py::object& query, const py::object& key, const py::object& va
   in.state_indices = ToView("state_indices", state_indices);
   o.out = ToView("out", out, true);
   cgdr::Options opt = MakeOptions(scale, use_qk_l2norm, state_layout, threads, "auto", check_values);
-  opt.use_beta_sigmoid = beta_sigmoid;
+  opt.use_beta_sigmoid = use_beta_sigmoid;
   opt.state_slot_stride = state_slot_stride;
   cgdr::Status s;
   {
@@ -270,16 +274,16 @@ PYBIND11_MODULE(_cgdr, m) {
   m.def("prefill", &Prefill, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
         py::arg("initial_state"), py::arg("seq_lens"), py::arg("out"), py::arg("final_state"), py::arg("scale"),
         py::arg("use_qk_l2norm"), py::arg("state_layout"), py::arg("threads"), py::arg("algo"),
-        py::arg("check_values"), py::arg("precision") = "auto", py::arg("engine") = "auto", py::arg("a") = py::none(),
-        py::arg("A_log") = py::none(), py::arg("dt_bias") = py::none(), py::arg("beta_sigmoid") = false,
-        py::arg("state_indices") = py::none(), py::arg("state_slot_stride") = 0,
-        py::arg("checkpoint_states") = py::none(), py::arg("checkpoint_every") = 0,
+        py::arg("check_values"), py::arg("precision") = "auto", py::arg("engine") = "auto", py::arg("v_step") = 0,
+        py::arg("dk_bucket") = 0, py::arg("a") = py::none(), py::arg("A_log") = py::none(),
+        py::arg("dt_bias") = py::none(), py::arg("use_beta_sigmoid") = false, py::arg("state_indices") = py::none(),
+        py::arg("state_slot_stride") = 0, py::arg("checkpoint_states") = py::none(), py::arg("checkpoint_every") = 0,
         "Runs cgdr::Run on packed TND tensors (see SPEC 2, 6d); writes out, final_state and checkpoint_states in "
         "place.");
   m.def("decode_step", &Decode, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
         py::arg("state_pool"), py::arg("state_indices"), py::arg("out"), py::arg("scale"), py::arg("use_qk_l2norm"),
         py::arg("state_layout"), py::arg("threads"), py::arg("check_values"), py::arg("a") = py::none(),
-        py::arg("A_log") = py::none(), py::arg("dt_bias") = py::none(), py::arg("beta_sigmoid") = false,
+        py::arg("A_log") = py::none(), py::arg("dt_bias") = py::none(), py::arg("use_beta_sigmoid") = false,
         py::arg("dst_indices") = py::none(), py::arg("states") = py::none(), py::arg("state_slot_stride") = 0,
         "Runs cgdr::DecodeStep (a token axis: SPEC 6d); updates state_pool in place and writes out and states.");
   m.def("active_target", &cgdr::ActiveTarget, "The SIMD target dispatch uses (AVX3, AVX2, SSE4, ...).");

@@ -51,9 +51,10 @@ def test_shapes():
         cgdr.chunk_gated_delta_rule(q[..., 0], k, v, g, beta)
     with pytest.raises(ValueError, match=r"beta: expected leading dimensions \[B, T\] = \[1, 6\] as q, got \[1, 5, 2\]"):
         cgdr.chunk_gated_delta_rule(q, k, v, g, beta[:, :5])
-    with pytest.raises(ValueError, match=r"key: expected shape \[T, Nk, Dk\] as query = \[6, 1, 5\], got \[6, 1, 4\]"):
+    with pytest.raises(ValueError, match=r"k: expected the shape of q, \[B, T, H, K\] = \[1, 6, 1, 5\], got \[1, 6, 1, 4\]"):
         cgdr.chunk_gated_delta_rule(q, np.ascontiguousarray(k[..., :4]), v, g, beta)
-    with pytest.raises(ValueError, match=r"value: expected Nv to be a multiple of Nk = 2"):
+    with pytest.raises(ValueError, match=r"v: expected HV \(its heads\) to be a multiple of H = 2 \(the heads of q\), "
+                                         r"got HV = 3"):
         cgdr.chunk_gated_delta_rule(np.concatenate([q, q], 2), np.concatenate([k, k], 2), np.concatenate([v, v[:, :, :1]], 2),
                                     np.concatenate([g, g[:, :, :1]], 2), np.concatenate([beta, beta[:, :, :1]], 2))
     with pytest.raises(ValueError, match=r"query: expected Dk in \[1, 256\], got Dk = 300"):
@@ -100,7 +101,7 @@ def test_options():
         cgdr.chunk_gated_delta_rule(q, k, v, g, beta, threads=0)
     with pytest.raises(ValueError, match="algo: expected one of"):
         cgdr.chunk_gated_delta_rule(q, k, v, g, beta, algo="fast")
-    with pytest.raises(ValueError, match="scale: expected a non-zero number"):
+    with pytest.raises(ValueError, match="scale: expected a finite non-zero number"):
         cgdr.chunk_gated_delta_rule(q, k, v, g, beta, scale=0)
 
 
@@ -131,3 +132,87 @@ def test_decode_out_untouched_on_error():
         cgdr.recurrent_step(*a, pool[:, :1].contiguous(), [0, 1])
     with pytest.raises(ValueError, match=r"state_indices: expected shape \[N\] with N of query = \[2\], got \[3\]"):
         cgdr.recurrent_step(*a, pool, [0, 1, -1])
+
+
+def short_error(exc_type, fn, *args, **kwargs):
+    """The message of the exc_type fn raises; it must be one short line (never a dump of the arrays)."""
+    with pytest.raises(exc_type) as e:
+        fn(*args, **kwargs)
+    msg = str(e.value)
+    assert len(msg) < 200 and "\n" not in msg, msg
+    return msg
+
+
+def decode_inputs():
+    rng = np.random.default_rng(44)
+    x = packed_inputs(rng, 2, 1, 2, 4, 4, 3)
+    return [make("numpy", "f32", x[n]) for n in ("q", "k", "v", "beta")], make("numpy", "f32", x["state"])
+
+
+def test_out_of_range_options_give_short_errors():
+    """threads=2**40 used to reach the native call and fail its int conversion
+    with a TypeError that printed every argument array."""
+    q, k, v, g, beta = fla_inputs()
+    tnd = [a.reshape(a.shape[1:]) for a in (q, k, v, beta)]
+    step, pool = decode_inputs()
+    calls = [lambda **kw: cgdr.chunk_gated_delta_rule(q, k, v, g, beta, **kw),
+             lambda **kw: cgdr.chunk_gated_delta_rule_tnd(*tnd, None, [6], **kw),
+             lambda **kw: cgdr.recurrent_step(*step, pool.copy(), [0, 2], **kw)]
+    for call in calls:
+        for threads in (2**40, 4097, 0, -1, 1.5, "2", True):
+            msg = short_error(ValueError, call, threads=threads)
+            assert msg.startswith("threads: expected None (all cores) or an int in [1, 4096], got "), msg
+        call(threads=np.int64(2))  # numpy integers are integers
+        for scale in (float("nan"), float("inf"), -float("inf"), 0.0, 1e400, 10**400):
+            msg = short_error(ValueError, call, scale=scale)
+            assert msg.startswith("scale: expected a finite non-zero number or None (1/sqrt(K)), got "), msg
+        for scale in ("0.5", [0.5], b"1"):
+            assert short_error(TypeError, call, scale=scale).startswith("scale: expected a number or None")
+        call(scale=np.float32(0.5))
+        call(scale=torch.tensor(0.5))
+        msg = short_error(ValueError, call, state_layout=np.array(["kv"]))
+        assert msg.startswith("state_layout: expected 'kv' ([N, HV, K, V]) or 'vk' ([N, HV, V, K]), got a value of type ndarray"), msg
+    assert short_error(ValueError, calls[0], algo=None).startswith("algo: expected one of auto, recurrent")
+    assert short_error(ValueError, calls[0], precision=16).startswith("precision: expected one of auto, fp32, bf16")
+
+
+def test_scale_nan_is_refused_not_replaced():
+    """Like the CLI (a case's scale must be a finite number), NaN is an error,
+    not 'use the default'."""
+    q, k, v, g, beta = fla_inputs()
+    with pytest.raises(ValueError, match="scale: expected a finite non-zero number or None .*, got nan"):
+        cgdr.chunk_gated_delta_rule(q, k, v, g, beta, scale=float("nan"))
+
+
+def test_empty_batch_is_named_in_the_entry_points_terms():
+    """B = 0 used to surface as the native 'seq_lens: expected at least one sequence'."""
+    q, k, v, g, beta = fla_inputs()
+    empty = [a[:0] for a in (q, k, v, g, beta)]
+    with pytest.raises(ValueError, match=r"^q: expected a batch of B >= 1 sequences \(\[B, T, H, K\]\), got B = 0 "
+                                         r"\(shape \[0, 6, 1, 5\]\)$"):
+        cgdr.chunk_gated_delta_rule(*empty)
+    import cgdr.torch as ct
+    tq, tk, tv, tg, tb = (torch.from_numpy(a[:0]) for a in (q, k, v, g, beta))
+    with pytest.raises(ValueError, match=r"^query: expected a batch of B >= 1 sequences"):
+        ct.torch_chunk_gated_delta_rule(tq, tk, tv, tg, tb)
+    with pytest.raises(ValueError, match=r"^seq_lens: expected at least one sequence"):  # what the tnd caller passed
+        cgdr.chunk_gated_delta_rule_tnd(*(a.reshape(a.shape[1:]) for a in (q, k, v, beta)), None, [])
+
+
+def test_fla_shapes_in_fla_terms():
+    q, k, v, g, beta = fla_inputs()
+    with pytest.raises(ValueError, match=r"^g: expected shape \[B, T, HV\] = \[1, 6, 2\], got \[1, 6, 1\]$"):
+        cgdr.chunk_gated_delta_rule(q, k, v, np.ascontiguousarray(g[..., :1]), beta)
+
+
+def test_recurrent_step_check_values_scans_the_pool_rows_it_uses():
+    step, pool = decode_inputs()
+    pool[1, 1, 2, 3] = np.nan  # row 1: no index names it
+    out = cgdr.recurrent_step(*step, pool, [0, 2], check_values=True)
+    assert np.isfinite(out).all()
+    pool[2, 0, 0, 1] = np.inf
+    before = pool.copy()
+    with pytest.raises(ValueError, match=r"^state_pool: non-finite value inf at index \[2, 0, 0, 1\] "
+                                         r"\(the row of state_indices\[1\]; check_values\)$"):
+        cgdr.recurrent_step(*step, pool, [0, 2], check_values=True)
+    np.testing.assert_array_equal(pool, before)

@@ -1,5 +1,7 @@
 """cgdr.golden and cgdr.compare (docs/golden.md): golden data and the verdict
 by Ascend's precision standard, as the torch-npu test scripts call them."""
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -91,7 +93,15 @@ def test_bad_arguments():
         cgdr.golden(**c, fault="typo")
     with pytest.raises(ValueError, match="operands: expected 'bf16' or 'f16'"):
         cgdr.golden(**c, operands="fp8")
+    # The options of every entry point (issue 19): short errors, NaN refused, never pybind's argument dump.
+    for kwargs, want in (({"threads": 2**40}, "threads: expected None (all cores) or an int in [1, 4096]"),
+                         ({"scale": float("nan")}, "scale: expected a finite non-zero number")):
+        with pytest.raises(ValueError, match=re.escape(want)) as e:
+            cgdr.golden(**c, **kwargs)
+        assert len(str(e.value)) < 200, str(e.value)
     r = cgdr.golden(**c)
+    with pytest.raises(ValueError, match=re.escape("threads: expected None")):
+        cgdr.compare(r["golden"], r["benchmark"], r["benchmark"], threads=0)
     with pytest.raises(ValueError, match="level: expected 'L0', 'L1' or 'L2', got 'L9'"):
         cgdr.compare(r["golden"], r["benchmark"], r["benchmark"], level="L9")
     with pytest.raises(ValueError, match="seq_lens: expected the lengths to sum to T = 337"):

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "cgdr/decode.hpp"
+#include "core/dtype.h"
+#include "core/scan.h"
 #include "core/strcat.h"
 #include "validate/checks.h"
 
@@ -80,6 +82,25 @@ Status CheckDestinations(const TensorView& src_idx, const TensorView& dst_idx, i
   return Status::Ok();
 }
 
+// check_values on the pool: the rows this step reads and writes (the
+// non-negative indices), in index order; other rows are not the step's.
+Status CheckPoolRows(const TensorView& pool, const TensorView& idx, int threads) {
+  const auto* v = static_cast<const int32_t*>(idx.data);
+  const int64_t row = pool.shape[1] * pool.shape[2] * pool.shape[3];
+  for (int64_t n = 0; n < idx.shape[0]; ++n) {
+    if (v[n] < 0) continue;
+    const int64_t first = v[n] * row;
+    const TensorView r(static_cast<const uint8_t*>(pool.data) + first * static_cast<int64_t>(DTypeSize(pool.dtype)),
+                       pool.dtype, {row});
+    const int64_t bad = FirstNonFinite(r, threads);
+    if (bad >= 0) {
+      return Status::Invalid(Cat("state_pool: non-finite value ", LoadAsF32(r.data, r.dtype, bad), " at index ",
+                                 IndexString(pool, first + bad), " (the row of state_indices[", n, "]; check_values)"));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateDecode(const DecodeInputs& in, const DecodeOutputs& out, const Options& opt, DecodeProblem* p) {
@@ -137,6 +158,7 @@ Status ValidateDecode(const DecodeInputs& in, const DecodeOutputs& out, const Op
     CGDR_TRY(CheckValues({{"query", &in.query}, {"key", &in.key}, {"value", &in.value}, {"beta", &in.beta}, {"g", &in.g},
                           {"a", &in.a}, {"A_log", &in.A_log}, {"dt_bias", &in.dt_bias}},
                          in.g, opt.threads));
+    CGDR_TRY(CheckPoolRows(in.state_pool, in.state_indices, opt.threads));
   }
 
   p->N = N; p->P = P; p->Nk = Nk; p->Nv = Nv; p->Dk = Dk; p->Dv = Dv;

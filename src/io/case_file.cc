@@ -27,6 +27,13 @@ bool IsCaseTensor(const std::string& name) {
   return false;
 }
 
+// "query, key, ..., final_state": the names a case may carry, for messages.
+std::string CaseTensorList() {
+  std::string list;
+  for (const char* n : kCaseTensors) list += Cat(list.empty() ? "" : ", ", n);
+  return list;
+}
+
 // `scale` must be a plain finite decimal: a typo must not silently become 0.
 Status ParseScale(const std::string& path, const std::string& v, double* scale) {
   double x = 0.0;
@@ -84,8 +91,7 @@ Status AssembleCase(const std::string& path, const std::vector<NamedTensor>& ten
                     const std::map<std::string, std::string>& metadata, Inputs* in, Options* opt) {
   for (const auto& t : tensors) {
     if (!IsCaseTensor(t.name)) {
-      return Fail(path, Cat("unknown tensor '", PrintableName(t.name),
-                            "' (expected query, key, value, beta, g, a, A_log, dt_bias, initial_state, seq_lens)"));
+      return Fail(path, Cat("unknown tensor '", PrintableName(t.name), "' (expected ", CaseTensorList(), ")"));
     }
   }
   auto view = [&](const char* name) {

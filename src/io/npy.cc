@@ -46,7 +46,9 @@ Status ParsePreamble(std::string_view label, const uint8_t* p, uint64_t size, ui
     *dict_len = p[8] | (uint64_t{p[9]} << 8) | (uint64_t{p[10]} << 16) | (uint64_t{p[11]} << 24);
     *dict_begin = 12;
   }
-  if (*dict_len > kMaxHeaderBytes) return Fail(label, Cat(".npy header of ", *dict_len, " bytes exceeds the limit"));
+  if (*dict_len > kMaxHeaderBytes) {
+    return Fail(label, Cat(".npy header of ", *dict_len, " bytes exceeds the limit of ", kMaxHeaderBytes, " bytes"));
+  }
   return Status::Ok();
 }
 
@@ -78,7 +80,8 @@ Status ParseDescr(std::string_view label, const std::string& v, NpyHeader* h) {
   std::string d = v;
   if (d.size() >= 2 && (d.front() == '\'' || d.front() == '"') && d.back() == d.front()) d = d.substr(1, d.size() - 2);
   if (d.size() == 3 && d[0] == '>' && d != ">V2") {
-    return Fail(label, Cat("dtype '", d, "' is big-endian; save the array as little-endian ('<", d.substr(1), "')"));
+    return Fail(label, Cat("dtype '", PrintableName(d), "' is big-endian; save the array as little-endian ('<",
+                           PrintableName(d.substr(1)), "')"));
   }
   if (d == "<f2" || d == "=f2") {
     h->dtype = DType::kF16;
@@ -221,8 +224,12 @@ Status ReadNpy(const std::string& path, NpyArray* out) {
     s = ParsePreamble(path, head.data(), head.size(), &begin, &len);
     if (!s.ok()) return s;
     if (begin + len > size) return Fail(path, Cat(".npy header of ", len, " bytes runs past the end of the file"));
+    // The dict ends where the data starts; one that ends inside the bytes read
+    // so far is too short to be a dict (and would leave them unaccounted).
+    if (begin + len < head.size()) return Fail(path, Cat(".npy header of ", len, " bytes is too short for its dict"));
+    const size_t have = head.size();
     head.resize(begin + len);
-    s = ReadFull(path, f.fd, head.data() + 12, head.size() - 12);
+    s = ReadFull(path, f.fd, head.data() + have, head.size() - have);
     if (!s.ok()) return s;
     NpyHeader h;
     s = ParseHeaderBytes(path, head.data(), head.size(), size, &h);

@@ -20,12 +20,18 @@
 
 namespace cgdr {
 
-// Limits that keep a hostile header from costing more than it is worth.
-constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;  // 100 MiB
-constexpr int kMaxSafetensorsRank = 8;
+// Limits that keep a hostile header from costing more than it is worth
+// (README, "Case files"). Reading is one pass over the header, linear in its
+// size with constant stack, whatever it holds; past a limit it stops with an
+// error naming the limit.
+constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;  // the JSON header, 100 MiB
+constexpr size_t kMaxSafetensorsEntries = size_t{1} << 20;     // tensors in one header (1,048,576)
+constexpr int kMaxSafetensorsJsonDepth = 3;  // header object > tensor object > shape / data_offsets array
+constexpr int kMaxSafetensorsRank = 8;       // dimensions of one tensor
 
-// `s` with control bytes escaped and cut to `max_len`: names come from
-// untrusted files and error messages must stay on one line.
+// `s` with control bytes and invalid UTF-8 escaped (\xNN) and cut to about
+// `max_len` bytes: names come from untrusted files and error messages must
+// stay one line of valid text.
 std::string PrintableName(std::string_view s, size_t max_len = 80);
 
 // Safetensors dtype names ("F16", "BF16", "F32", "I32") for the dtypes cgdr stores.
@@ -64,6 +70,7 @@ class SafetensorsFile {
 
   std::string label_;
   std::vector<SafetensorsTensor> tensors_;
+  std::vector<uint32_t> by_name_;  // indices into tensors_ sorted by name, for Find
   std::map<std::string, std::string> metadata_;
   AlignedBuffer buffer_;               // the data buffer
   std::vector<AlignedBuffer> copies_;  // tensors whose offset was misaligned for their dtype
@@ -92,9 +99,8 @@ struct SafetensorsWriteTensor {
 Status SerializeSafetensors(const std::vector<SafetensorsWriteTensor>& tensors,
                             const std::map<std::string, std::string>& metadata, std::string* bytes);
 
-// Writes atomically: a temporary file in the target's directory, fsync, then
-// rename over `path`. On any failure the temporary is removed, `path` is left
-// as it was, and the error names the file.
+// Writes atomically under the output-path rules (WriteFileAtomically,
+// io/file_util.h).
 Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsWriteTensor>& tensors,
                         const std::map<std::string, std::string>& metadata);
 

@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/strcat.h"
 #include "io/file_util.h"
+#include "io/json_scan.h"
 #include "io/npy.h"
 
 namespace cgdr {
@@ -23,7 +24,12 @@ using Json = nlohmann::json;
 
 constexpr char kNpyMetadataFile[] = "metadata.json";
 constexpr char kDTypesKey[] = "dtypes";
+// Limits of the JSON descriptions (a manifest, metadata.json), README "Case
+// files": bytes, and containers nested (a manifest needs 4: the manifest >
+// "tensors" > an entry > its "shape"), checked before the JSON is parsed so
+// that no deep value reaches nlohmann's recursive dump() or copy.
 constexpr uint64_t kMaxManifestBytes = 1 << 20;
+constexpr int kMaxManifestDepth = 4;
 constexpr uint64_t kMaxDim = uint64_t{1} << 40;  // elements per dimension and per tensor
 
 // Where a tensor's view points: its buffer, or (empty tensors) a sentinel, never null, so an empty tensor
@@ -45,12 +51,37 @@ Status ReadText(const std::string& path, std::string* text) {
   uint64_t size = 0;
   Status s = OpenForReading(path, &f, &size);
   if (!s.ok()) return s;
-  if (size > kMaxManifestBytes) return Fail(path, Cat("file of ", size, " bytes is too large for a JSON description"));
+  if (size > kMaxManifestBytes) {
+    return Fail(path, Cat("file of ", size, " bytes is too large for a JSON description (limit ", kMaxManifestBytes,
+                          " bytes)"));
+  }
   text->assign(size, '\0');
   return ReadFull(path, f.fd, reinterpret_cast<uint8_t*>(text->data()), size);
 }
 
+// One linear pass of the tokenizer: valid JSON tokens (UTF-8 included) nested
+// at most kMaxManifestDepth deep.
+Status CheckJsonShape(const std::string& path, const std::string& text) {
+  JsonScanner scan(text);
+  int depth = 0;
+  for (JsonScanner::Token t = scan.Next(); t != JsonScanner::Token::kEnd; t = scan.Next()) {
+    if (t == JsonScanner::Token::kError) {
+      return Fail(path, Cat("not valid JSON (", scan.error(), " at byte ", scan.offset(), ")"));
+    }
+    if (t == JsonScanner::Token::kBeginObject || t == JsonScanner::Token::kBeginArray) {
+      if (++depth > kMaxManifestDepth) {
+        return Fail(path, Cat("JSON nested deeper than ", kMaxManifestDepth, " levels (at byte ", scan.offset(), ")"));
+      }
+    } else if (t == JsonScanner::Token::kEndObject || t == JsonScanner::Token::kEndArray) {
+      --depth;
+    }
+  }
+  return Status::Ok();
+}
+
 Status ParseJson(const std::string& path, const std::string& text, Json* j) {
+  Status s = CheckJsonShape(path, text);
+  if (!s.ok()) return s;
   try {
     *j = Json::parse(text);
   } catch (const Json::exception& e) {
@@ -161,7 +192,8 @@ struct TensorBundleReader {
         return Fail(path, Cat("dtypes: no tensor '", PrintableName(name), ".npy' in the directory"));
       if (it->view.dtype == want) continue;
       if (it->view.dtype != DType::kF32) {
-        return Fail(path, Cat("dtypes: '", name, "' is stored as ", DTypeName(it->view.dtype), ", only f32 can hold ",
+        return Fail(path, Cat("dtypes: '", PrintableName(name), "' is stored as ", DTypeName(it->view.dtype),
+                              ", only f32 can hold ",
                               DTypeName(want), " values"));
       }
       Status s = Narrow(path, name, want, &it->view, b);
@@ -178,8 +210,8 @@ struct TensorBundleReader {
       StoreFromF32(out.data(), want, i, x);
       const float back = LoadAsF32(out.data(), want, i);
       if (!(back == x) && !(std::isnan(x) && std::isnan(back))) {
-        return Fail(path, Cat("dtypes: '", name, "' declared ", DTypeName(want), ", but element ", i, " (", x,
-                              ") is not a ", DTypeName(want), " value"));
+        return Fail(path, Cat("dtypes: '", PrintableName(name), "' declared ", DTypeName(want), ", but element ", i,
+                              " (", x, ") is not a ", DTypeName(want), " value"));
       }
     }
     v->data = DataOf(out);
@@ -246,8 +278,9 @@ struct TensorBundleReader {
     Status s = OpenForReading(file.string(), &f, &size);
     if (!s.ok()) return Status::Invalid(Cat(where, ": ", s.message()));
     if (size != want) {
-      return Status::Invalid(Cat(where, ": ", file.string(), " holds ", size, " bytes, expected ", want, " (shape ",
-                                 PrintableName(e["shape"].dump(), 60), " of ", e["dtype"].get<std::string>(), ")"));
+      return Status::Invalid(Cat(where, ": ", PrintableName(file.string(), 200), " holds ", size, " bytes, expected ",
+                                 want, " (shape ", PrintableName(e["shape"].dump(), 60), " of ",
+                                 PrintableName(e["dtype"].get<std::string>(), 20), ")"));
     }
     Bytes data(numel * DTypeSize(dt));
     if (int64) {
@@ -371,7 +404,7 @@ Status WriteNpyDir(const std::string& dir, const std::vector<SafetensorsWriteTen
   Json j = MetadataJson(metadata);
   if (!dtypes.empty()) j[kDTypesKey] = dtypes;
   const std::string text = j.dump(1) + "\n";
-  return WriteFileAtomically((fs::path(dir) / kNpyMetadataFile).string(), {{text.data(), text.size()}});
+  return WriteFileAtomically((fs::path(dir) / kNpyMetadataFile).string(), text);
 }
 
 Status WriteManifest(const std::string& path, const std::vector<SafetensorsWriteTensor>& tensors,
@@ -391,7 +424,7 @@ Status WriteManifest(const std::string& path, const std::vector<SafetensorsWrite
   }
   if (!metadata.empty()) j["metadata"] = metadata;
   const std::string text = j.dump(1) + "\n";
-  return WriteFileAtomically(path, {{text.data(), text.size()}});
+  return WriteFileAtomically(path, text);
 }
 
 }  // namespace

@@ -286,8 +286,8 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
   if (forced_c && candidates.size() == 1) {
     why << "C=" << out.chunk << " forced; ";
   } else {
-    why << "C=" << out.chunk << (forced_c ? " forced, " : " ") << "cheapest by model (" << costs << "; profile: "
-        << prof.source << "); ";
+    why << "C=" << out.chunk << (forced_c ? " forced, " : " ") << "cheapest by model (cost in FMA times: " << costs
+        << "; profile: " << prof.source << "); ";
   }
   why << EngineWhy(p, out) << CheckpointWhy(p, out.chunk);
 
@@ -457,7 +457,7 @@ std::string PlanToString(const Plan& plan) {
      << " dk_padded=" << plan.dk_padded << " vStep=" << plan.v_step << " vTiles=" << plan.v_tiles
      << " items=" << plan.items.size() << " group=" << plan.group_items << " stream_out=" << plan.stream_out
      << " threads=" << plan.threads
-     << " precision=" << PrecisionName(plan.precision) << " engine=" << PlanEngineName(plan) << " scratch_per_thread=" << plan.scratch_bytes_per_thread << " target=" << ActiveTarget() << "\n";
+     << " precision=" << PrecisionName(plan.precision) << " engine=" << PlanEngineName(plan) << " scratch_per_thread=" << plan.scratch_bytes_per_thread << "B target=" << ActiveTarget() << "\n";
   os << "why: " << plan.why << "\n";
   int64_t smallest = plan.groups() ? plan.group_items : 0, largest = 0;
   for (int64_t g = 0; g < plan.groups(); ++g) {

@@ -279,8 +279,8 @@ std::string IndexString(const TensorView& t, int64_t flat) {
   return os.str();
 }
 
-Status CheckValues(std::initializer_list<NamedTensor> tensors, const TensorView& g, int threads) {
-  for (const NamedTensor& nt : tensors) {
+Status CheckValues(std::initializer_list<CheckedTensor> tensors, const TensorView& g, int threads) {
+  for (const CheckedTensor& nt : tensors) {
     const TensorView& t = *nt.tensor;
     if (!t.present()) continue;
     const int64_t bad = FirstNonFinite(t, threads);

@@ -87,10 +87,10 @@ std::string IndexString(const TensorView& t, int64_t flat);
 // check_values (SPEC 3): the first NaN/Inf of each present tensor, in order,
 // then the first g > 0 (exp of it, or of its prefix sum, can overflow FP32).
 // threads: Options::threads, for the scans of large tensors.
-struct NamedTensor {
+struct CheckedTensor {  // not NamedTensor: io/tensor_files.h has one (one program, one definition)
   const char* name;
   const TensorView* tensor;
 };
-Status CheckValues(std::initializer_list<NamedTensor> tensors, const TensorView& g, int threads);
+Status CheckValues(std::initializer_list<CheckedTensor> tensors, const TensorView& g, int threads);
 
 }  // namespace cgdr

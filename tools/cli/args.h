@@ -5,7 +5,6 @@
 
 #include <charconv>
 #include <cstdint>
-#include <initializer_list>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,11 +20,13 @@ namespace cgdr::cli {
     if (!st_.ok()) return st_; \
   } while (0)
 
+// The flags a command accepts: `valued` ones take a value, `switches` do not.
+using FlagList = std::vector<const char*>;
+
 class Args {
  public:
-  // `valued` flags take a value, `switches` do not; --help / -h is always a switch.
-  Status Parse(const char* cmd, int argc, char** argv, std::initializer_list<const char*> valued,
-               std::initializer_list<const char*> switches) {
+  // --help / -h is always a switch.
+  Status Parse(const char* cmd, int argc, char** argv, const FlagList& valued, const FlagList& switches) {
     cmd_ = cmd;
     for (int i = 0; i < argc; ++i) {
       std::string arg = argv[i], value;
@@ -109,7 +110,7 @@ class Args {
   static void Append(std::string* s, const std::string& x) { *s += x; }
   static void Append(std::string* s, const char* x) { *s += x; }
   static void Append(std::string* s, int64_t x) { *s += std::to_string(x); }
-  static bool Contains(std::initializer_list<const char*> list, const std::string& s) {
+  static bool Contains(const FlagList& list, const std::string& s) {
     for (const char* x : list) {
       if (s == x) return true;
     }

@@ -14,7 +14,6 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +25,7 @@
 #include "args.h"
 #include "commands.h"
 #include "core/synthetic.h"
+#include "io/file_util.h"
 #include "kernels/amx.h"
 #include "kernels/kernels.h"
 #include "reference/reference.h"
@@ -729,13 +729,11 @@ const char* kBenchUsage =
     "                      each mode on each engine, and auto: time, % of the FP32 FMA and AMX\n"
     "                      peaks, error of out and final_state\n";
 
+// Written as results are (README, "Output paths"): atomically, to a new or
+// regular file or where a symbolic link leads, never to a device or FIFO.
 Status WriteJson(const std::string& path, const Json& j) {
-  std::ofstream f(path);
-  if (!f) return Status::Invalid("--json: cannot open '" + path + "' for writing");
-  f << j.dump(2) << "\n";
-  f.close();
-  if (!f) return Status(Code::kInternal, "--json: write to '" + path + "' failed");
-  return Status::Ok();
+  const Status s = WriteFileAtomically(path, j.dump(2) + "\n");
+  return s.ok() ? s : Status(s.code(), "--json: " + s.message());
 }
 
 // --precision all: the flagship with f16 and with bf16 inputs, each precision
@@ -1177,31 +1175,16 @@ std::string DefaultProfilePath() {
   return std::string(home ? home : ".") + "/.cache/cgdr/profile.json";
 }
 
-// Temp file + rename: a reader (profile.cc) sees the old profile or the new
-// one, never half of one.
+// Temp file + rename (README, "Output paths"): a reader (profile.cc) sees the
+// old profile or the new one, never half of one.
 Status WriteAtomically(const std::string& path, const std::string& text) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path target(path);
   if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
   if (ec) return Status::Invalid("--out: cannot create directory '" + target.parent_path().string() + "': " + ec.message());
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp);
-    if (!f) return Status::Invalid("--out: cannot write '" + tmp + "'");
-    f << text;
-    f.close();
-    if (!f) {
-      fs::remove(tmp, ec);
-      return Status(Code::kInternal, "--out: write to '" + tmp + "' failed");
-    }
-  }
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return Status(Code::kInternal, "--out: cannot rename onto '" + path + "'");
-  }
-  return Status::Ok();
+  const Status s = WriteFileAtomically(path, text);
+  return s.ok() ? s : Status(s.code(), "--out: " + s.message());
 }
 
 const char* kTuneUsage =

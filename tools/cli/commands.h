@@ -29,6 +29,7 @@ int RunMain(int argc, char** argv);       // main.cc
 int PlanMain(int argc, char** argv);      // main.cc
 int MakeCaseMain(int argc, char** argv);  // main.cc (hidden: test helper)
 int CheckMain(int argc, char** argv);     // main.cc (hidden: test helper)
+int FlagsMain(int argc, char** argv);     // main.cc (hidden: the flags of run and plan, for tests)
 int DemoMain(int argc, char** argv);      // demo.cc
 int GoldenMain(int argc, char** argv);    // golden.cc
 int CompareMain(int argc, char** argv);   // golden.cc
@@ -49,6 +50,8 @@ struct RunRequest {
   Precision precision = Precision::kAuto;
   Engine engine = Engine::kAuto;
   bool check_values = false;
+  bool quiet = false;  // no summary line on success
+  bool print_plan = false;  // --print-plan: the plan it ran and the time, on stdout
 };
 struct RunReport {
   double seconds = 0.0;  // the cgdr::Run call alone

@@ -12,6 +12,7 @@
 #include "cgdr/cgdr.hpp"
 #include "cgdr/plan.hpp"
 #include "commands.h"
+#include "core/strcat.h"
 #include "core/synthetic.h"
 #include "io/case_file.h"
 #include "reference/reference.h"
@@ -20,12 +21,12 @@ namespace cgdr::cli {
 namespace {
 
 const char kUsage[] =
-    "usage: cgdr <command> [flags]\n"
+    "usage: cgdr <command> [flags]      cgdr help <command>      cgdr --version\n"
     "\n"
     "commands:\n"
     "  run    --input CASE.safetensors --output RESULT.safetensors [--threads N]\n"
     "         [--algo auto|recurrent|chunk16|chunk32|chunk64] [--precision auto|fp32|bf16|bf16x3|bf16x4]\n"
-    "         [--engine auto|vector|amx|amx-emu] [--check-values]\n"
+    "         [--engine auto|vector|amx|amx-emu] [--check-values] [--quiet] [--print-plan]\n"
     "         Run one case file (SPEC 7) and write `out` and `final_state` atomically.\n"
     "  plan   --t T --nk NK --nv NV --dk DK --dv DV [--b B] [--threads N]\n"
     "         [--dtype f16|bf16|f32] [--algo ...] [--precision ...] [--engine ...]\n"
@@ -41,7 +42,7 @@ const char kUsage[] =
     "         kind (safetensors, .npy directory, .bin manifest); see 'cgdr golden --help'.\n"
     "  compare --golden G --benchmark B --actual A [--case CASE] [--level L1] [--json]\n"
     "         The verdict on an NPU result by Ascend's precision standard; see 'cgdr compare --help'.\n"
-    "  help   This text.\n"
+    "  help   This text; 'cgdr help COMMAND' (or 'cgdr COMMAND --help') for one command.\n"
     "\n"
     "exit status: 0 success; 1 a check failed; 2 bad input or usage, with one line on stderr\n"
     "(cgdr: error: ...) and no output file written.\n";
@@ -50,17 +51,24 @@ const char kRunUsage[] =
     "usage: cgdr run --input CASE.safetensors --output RESULT.safetensors [--threads N]\n"
     "                [--algo auto|recurrent|chunk16|chunk32|chunk64] [--check-values]\n"
     "                [--precision auto|fp32|bf16|bf16x3|bf16x4] [--engine auto|vector|amx|amx-emu]\n"
-    "  CASE: tensors query, key, value, beta, seq_lens (int32), optional g and initial_state;\n"
-    "        metadata scale, state_layout (vk|kv), use_qk_l2norm (true|false), use_beta_sigmoid (true|false);\n"
-    "        a, A_log, dt_bias (optional): the gate in the kernel instead of g (SPEC 6d).\n"
-    "  RESULT: out (dtype of query) and final_state (dtype of initial_state, else query).\n"
+    "                [--quiet] [--print-plan]\n"
+    "  CASE: tensors query, key, value, beta, seq_lens (int32), optional g and initial_state\n"
+    "        (out and final_state may ride along, ignored); metadata scale, state_layout (vk|kv),\n"
+    "        use_qk_l2norm (true|false), use_beta_sigmoid (true|false); a, A_log, dt_bias (optional):\n"
+    "        the gate in the kernel instead of g (SPEC 6d). Header: at most 100 MiB, 1048576 tensors, rank 8.\n"
+    "  RESULT: out (dtype of query) and final_state (dtype of initial_state, else query),\n"
+    "        written to a temporary file and renamed over RESULT: a new file, a regular file,\n"
+    "        or where a symbolic link leads; never a directory, device, FIFO or socket.\n"
+    "  On success one line on stdout: the plan, the time of the run (ms), tokens/s.\n"
+    "  --quiet         print nothing on success.\n"
     "  --check-values  also reject NaN/Inf inputs and g > 0 (SPEC 3).\n"
     "  --precision     products of the chunked formulations: auto (default: the fastest mode\n"
     "                  that meets SPEC 6 for the dtype: bf16x3 on AMX for f16/bf16 inputs,\n"
     "                  else fp32); fp32; bf16 (operands rounded to bf16, FP32 accumulation);\n"
     "                  bf16x3/bf16x4 (hi/lo split, compensated).\n"
     "  --engine        where bf16 products run: auto (default: AMX tiles where the CPU has\n"
-    "                  them, else the vector units), vector, amx, amx-emu (TDPBF16PS emulated).\n";
+    "                  them, else the vector units), vector, amx, amx-emu (TDPBF16PS emulated).\n"
+    "  --print-plan    print the plan the run used (as 'cgdr plan' does) and its time on stdout.\n";
 
 const char kPlanUsage[] =
     "usage: cgdr plan --t T --nk NK --nv NV --dk DK --dv DV [--b B] [--threads N]\n"
@@ -76,6 +84,17 @@ const char kMakeCaseUsage[] =
     "  --raw-gate: a, A_log, dt_bias instead of g; --beta-sigmoid: beta holds raw logits (SPEC 6d).\n"
     "  A synthetic, well-conditioned case (testing). --break writes a deliberately bad one:\n"
     "  beta-i32, key-shape, seq-lens, missing-beta, bad-layout, unknown-tensor.\n";
+
+// The flags of run and plan: their parsers' lists, which `cgdr flags`
+// prints (tests/cli_conformance_test.py gives every one a row).
+struct CommandFlags {
+  const char* command;
+  FlagList valued, switches;
+};
+const CommandFlags kRunFlags{"run", {"--input", "--output", "--threads", "--algo", "--precision", "--engine"},
+                             {"--check-values", "--quiet", "--print-plan"}};
+const CommandFlags kPlanFlags{
+    "plan", {"--t", "--nk", "--nv", "--dk", "--dv", "--b", "--threads", "--dtype", "--algo", "--precision", "--engine"}, {}};
 
 const char kCheckUsage[] =
     "usage: cgdr check --input CASE --result RESULT [--heads 0,3,...]\n"
@@ -121,8 +140,7 @@ Status ParseEngineFlag(const Args& a, Engine* engine) {
 
 Status ParseRun(int argc, char** argv, RunRequest* req, bool* help) {
   Args a;
-  CGDR_CLI_TRY(a.Parse("run", argc, argv, {"--input", "--output", "--threads", "--algo", "--precision", "--engine"},
-                       {"--check-values"}));
+  CGDR_CLI_TRY(a.Parse("run", argc, argv, kRunFlags.valued, kRunFlags.switches));
   if ((*help = MaybeHelp(a, kRunUsage))) return Status::Ok();
   CGDR_CLI_TRY(a.Require("--input", &req->input));
   CGDR_CLI_TRY(a.Require("--output", &req->output));
@@ -133,6 +151,8 @@ Status ParseRun(int argc, char** argv, RunRequest* req, bool* help) {
   CGDR_CLI_TRY(ParsePrecisionFlag(a, &req->precision));
   CGDR_CLI_TRY(ParseEngineFlag(a, &req->engine));
   req->check_values = a.Has("--check-values");
+  req->quiet = a.Has("--quiet");
+  req->print_plan = a.Has("--print-plan");
   return Status::Ok();
 }
 
@@ -369,6 +389,21 @@ void PrintAccuracy(const AccuracyReport& r) {
   }
 }
 
+std::string RunSummary(const RunRequest& req, const RunReport& r) {
+  const Problem& p = r.problem;
+  Plan plan;
+  const std::string how =
+      MakePlan(p, DefaultProfile(), &plan).ok()
+          ? Cat(AlgoName(static_cast<Algo>(plan.chunk)), ", ", PrecisionName(plan.precision), " on ",
+                PlanEngineName(plan), ", ", plan.threads, plan.threads == 1 ? " thread" : " threads")
+          : "?";
+  const double tokens_per_s = static_cast<double>(p.T) / std::max(r.seconds, 1e-9);
+  char figures[96];
+  std::snprintf(figures, sizeof figures, "%.3f ms, %.0f tokens/s", r.seconds * 1e3, tokens_per_s);
+  return Cat("cgdr run: ", p.T, " tokens (B=", p.B, " Nk=", p.Nk, " Nv=", p.Nv, " Dk=", p.Dk, " Dv=", p.Dv, " ",
+             DTypeName(p.dtype), "), plan ", how, ": ", figures, "; wrote ", req.output);
+}
+
 int RunMain(int argc, char** argv) {
   RunRequest req;
   bool help = false;
@@ -376,19 +411,20 @@ int RunMain(int argc, char** argv) {
   if (help) return kExitOk;
   RunReport report;
   if (Status s = RunCaseFile(req, &report); !s.ok()) return ReportError(s);
+  if (!req.quiet) std::printf("%s\n", OneLine(RunSummary(req, report)).c_str());
+  if (req.print_plan) {
+    // The plan is a function of the validated problem and the profile: the one Run made.
+    Plan plan;
+    if (Status s = MakePlan(report.problem, DefaultProfile(), &plan); !s.ok()) return ReportError(s);
+    std::printf("%srun: %.6f s\n", PlanToString(plan).c_str(), report.seconds);
+  }
   return kExitOk;
 }
 
 int PlanMain(int argc, char** argv) {
   Args a;
   Problem p;
-  if (Status s = a.Parse("plan", argc, argv,
-                         {"--t", "--nk", "--nv", "--dk", "--dv", "--b", "--threads", "--dtype", "--algo", "--precision",
-                          "--engine"},
-                         {});
-      !s.ok()) {
-    return ReportError(s);
-  }
+  if (Status s = a.Parse("plan", argc, argv, kPlanFlags.valued, kPlanFlags.switches); !s.ok()) return ReportError(s);
   if (MaybeHelp(a, kPlanUsage)) return kExitOk;
   if (Status s = ParsePlanProblem(a, &p); !s.ok()) return ReportError(s);
   Plan plan;
@@ -416,25 +452,65 @@ int CheckMain(int argc, char** argv) {
   return report.ok() ? kExitOk : kExitCheckFailed;
 }
 
+// Hidden: the flags a command's parser accepts, one per line ("--name VALUE"
+// or "--switch"), for the tests that hold every flag to a row.
+int FlagsMain(int argc, char** argv) {
+  const std::string cmd = argc == 1 ? argv[0] : "";
+  for (const CommandFlags* c : {&kRunFlags, &kPlanFlags}) {
+    if (cmd != c->command) continue;
+    for (const char* f : c->valued) std::printf("%s VALUE\n", f);
+    for (const char* f : c->switches) std::printf("%s\n", f);
+    return kExitOk;
+  }
+  return ReportError(Status::Invalid("usage: cgdr flags run|plan (the flags each command accepts)"));
+}
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*main)(int, char**);
+};
+constexpr Command kCommands[] = {{"run", RunMain},         {"plan", PlanMain},        {"bench", cgdr::BenchMain},
+                                 {"tune", cgdr::TuneMain}, {"demo", DemoMain},        {"golden", GoldenMain},
+                                 {"compare", CompareMain}, {"make-case", MakeCaseMain}, {"check", CheckMain},
+                                 {"flags", FlagsMain}};
+
+const Command* FindCommand(const std::string& name) {
+  for (const auto& c : kCommands) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
+// `cgdr help [COMMAND]`: the overview, or the command's own --help.
+int HelpMain(int argc, char** argv) {
+  if (argc == 0) {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  const Command* c = FindCommand(argv[0]);
+  if (argc > 1 || c == nullptr) {
+    return ReportError(Status::Invalid(Cat("'cgdr help' takes one command name (run, plan, bench, tune, demo, golden, ",
+                                           "compare), got '", PrintableName(argc > 1 ? argv[1] : argv[0]), "'")));
+  }
+  char help_flag[] = "--help";
+  char* args[] = {help_flag, nullptr};
+  return c->main(1, args);
+}
+
+}  // namespace
 }  // namespace cgdr::cli
 
 int main(int argc, char** argv) {
   using namespace cgdr::cli;
   if (argc < 2) return ReportError(cgdr::Status::Invalid("no command given (try 'cgdr --help')"));
   const std::string cmd = argv[1];
-  if (cmd == "help" || cmd == "--help" || cmd == "-h") {
-    std::fputs(kUsage, stdout);
+  if (cmd == "help" || cmd == "--help" || cmd == "-h") return HelpMain(argc - 2, argv + 2);
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("cgdr %s\n", CGDR_VERSION_STRING);
     return kExitOk;
   }
-  struct Command {
-    const char* name;
-    int (*main)(int, char**);
-  };
-  static const Command kCommands[] = {{"run", RunMain},         {"plan", PlanMain},        {"bench", cgdr::BenchMain},
-                                      {"tune", cgdr::TuneMain}, {"demo", DemoMain},        {"golden", GoldenMain},
-                                      {"compare", CompareMain}, {"make-case", MakeCaseMain}, {"check", CheckMain}};
-  for (const auto& c : kCommands) {
-    if (cmd == c.name) return c.main(argc - 2, argv + 2);
-  }
+  if (const Command* c = FindCommand(cmd)) return c->main(argc - 2, argv + 2);
   return ReportError(cgdr::Status::Invalid("unknown command '" + cmd + "' (try 'cgdr --help')"));
 }

@@ -1,0 +1,348 @@
+"""Front-end conformance of the command line (issue 24): every flag of
+`cgdr run` and `cgdr plan`, every metadata key and optional tensor of a case
+file, every dtype, end to end against the FP64 reference.
+
+The lists come from the tool itself: `cgdr flags run|plan` prints what each
+command's parser accepts, and the case reader's messages name the metadata
+keys and tensors it knows. A flag, key or tensor without a row here fails
+test_every_flag_key_and_tensor_has_a_row.
+
+Runs `cgdr` ($CGDR_CLI) on case files written here (safetensors, by hand),
+reads the results back and judges them with the FP64 recurrence of
+python/tests/_helpers.py. Bad input: exit 2, one line on stderr, and no
+output file (SPEC 7), also when only one output is at fault (check_values).
+"""
+import itertools
+import json
+import os
+import re
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from _helpers import f64, gdr_fp64, limit, make, packed_inputs, rel_err
+
+CLI = os.environ.get("CGDR_CLI")
+pytestmark = pytest.mark.skipif(not CLI, reason="CGDR_CLI (the cgdr binary) not set")
+
+NK, NV, DK, DV = 2, 4, 24, 16
+LENS = [37, 0, 20]
+_ST = {"f16": "F16", "bf16": "BF16", "f32": "F32", "i32": "I32"}
+_CASES = itertools.count()
+
+
+# ------------------------------------------------------------ case files
+
+def raw(x, dtype):
+    """float64 x as the bytes of dtype (bf16: round to nearest even, through torch)."""
+    if dtype == "i32":
+        return np.ascontiguousarray(x, np.int32).tobytes()
+    t = make("torch", dtype, np.asarray(x, np.float64))
+    return t.view(torch.int16 if dtype != "f32" else torch.int32).numpy().tobytes()
+
+
+def write_safetensors(path, tensors, metadata):
+    """tensors: name -> (dtype, shape, bytes)."""
+    header, data = {}, b""
+    for name, (dtype, shape, b) in tensors.items():
+        header[name] = {"dtype": _ST[dtype], "shape": list(shape), "data_offsets": [len(data), len(data) + len(b)]}
+        data += b
+    if metadata:
+        header["__metadata__"] = metadata
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+
+
+def read_safetensors(path):
+    b = path.read_bytes()
+    n = struct.unpack("<Q", b[:8])[0]
+    header = json.loads(b[8:8 + n])
+    out = {}
+    for name, h in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = h["data_offsets"]
+        chunk = b[8 + n + lo:8 + n + hi]
+        if h["dtype"] == "BF16":
+            a = (np.frombuffer(chunk, np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else:
+            a = np.frombuffer(chunk, {"F16": np.float16, "F32": np.float32}[h["dtype"]])
+        out[name] = a.astype(np.float64).reshape(h["shape"])
+    return out
+
+
+class Case:
+    """A synthetic case (SPEC 6 conditioning), its file, and its FP64 reference."""
+
+    def __init__(self, tmp, dtype="f32", state_dtype="f32", g_dtype="f32", layout="vk", l2norm=False, scale=None,
+                 g=True, state=True, plant=None, metadata=None, extra=None, drop=()):
+        x = packed_inputs(np.random.default_rng(5), sum(LENS), NK, NV, DK, DV, len(LENS), raw_qk=l2norm)
+        if plant == "nan_value":
+            x["v"][1, 1, 3] = np.nan
+        elif plant == "huge_query":  # out overflows, the state never reads q
+            x["q"][3, 0, :] = 3e38
+        elif plant == "huge_last_value":  # an f16 final_state overflows, out (f32) does not
+            x["v"][LENS[0] - 1, 1, :] = 1e8
+            state_dtype = "f16"
+        s = x["state"] if layout == "kv" else x["state"].transpose(0, 1, 3, 2)
+        self.t = {n: make("numpy" if dtype != "bf16" else "torch", dtype, x[n]) for n in ("q", "k", "v", "beta")}
+        self.t["g"] = make("torch", g_dtype, x["g"]) if g else None
+        self.t["state"] = make("torch", state_dtype, s) if state else None
+        self.layout, self.l2norm, self.scale, self.dtype = layout, l2norm, scale, dtype
+        self.state_dtype = state_dtype if state else dtype
+        tensors = {"query": (dtype, x["q"].shape, raw(x["q"], dtype)), "key": (dtype, x["k"].shape, raw(x["k"], dtype)),
+                   "value": (dtype, x["v"].shape, raw(x["v"], dtype)), "beta": (dtype, x["beta"].shape, raw(x["beta"], dtype)),
+                   "seq_lens": ("i32", (len(LENS),), raw(LENS, "i32"))}
+        if g:
+            tensors["g"] = (g_dtype, x["g"].shape, raw(x["g"], g_dtype))
+        if state:
+            tensors["initial_state"] = (state_dtype, s.shape, raw(s, state_dtype))
+        tensors.update(extra or {})
+        for name in drop:
+            tensors.pop(name)
+        md = {"state_layout": layout, "use_qk_l2norm": "true" if l2norm else "false"}
+        if scale is not None:
+            md["scale"] = repr(scale)
+        md.update(metadata or {})
+        self.path = tmp / f"case{next(_CASES)}.safetensors"
+        write_safetensors(self.path, tensors, {k: v for k, v in md.items() if v is not None})
+
+    def reference(self):
+        return gdr_fp64(self.t["q"], self.t["k"], self.t["v"], self.t["beta"], self.t["g"], self.t["state"], LENS,
+                        scale=self.scale, l2norm=self.l2norm, layout=self.layout)
+
+
+def cgdr(*args):
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def run_ok(case, out, *flags):
+    p = cgdr("run", "--input", case.path, "--output", out, *flags)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    return p
+
+
+def run_fails(case, out, want, *flags):
+    """Exit 2, one line `cgdr: error: ...` naming the problem, no output file."""
+    p = cgdr("run", "--input", case.path, "--output", out, *flags)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("cgdr: error: "), p.stderr
+    assert re.search(want, p.stderr), p.stderr
+    assert not out.exists(), "an output file was written"
+    assert not [f for f in out.parent.iterdir() if ".tmp-" in f.name], "a temporary file was left"
+
+
+def tolerance(precision, ref, dtype):
+    lim = limit(ref, dtype)
+    if precision == "bf16":
+        return max(1.5e-2, 2 * lim)
+    return 2 * lim if precision in ("bf16x3", "bf16x4") else lim
+
+
+def check_result(case, out, precision="auto"):
+    r = read_safetensors(out)
+    ref_out, ref_state = case.reference()
+    assert rel_err(r["out"], ref_out) <= tolerance(precision, ref_out, case.dtype), "out"
+    assert rel_err(r["final_state"], ref_state) <= tolerance(precision, ref_state, case.state_dtype), "final_state"
+    return r
+
+
+def plan_line(p):
+    """The CGDR_PLAN line's fields (--print-plan, `cgdr plan`)."""
+    line = next(s for s in p.stdout.splitlines() if s.startswith("CGDR_PLAN "))
+    return dict(kv.split("=", 1) for kv in line.split()[1:])
+
+
+# ------------------------------------------------------------ the rows
+
+# `cgdr run` flags: (flag, value or None for a switch, context flags, check).
+# Checks: ("plan", {field: value}) the run's plan says so and the result
+# matches FP64; ("differs", other) and ("same", other) against the result of
+# the `other` flags on the same case; ("error", regex[, plant]).
+BF16X3 = ["--precision", "bf16x3", "--algo", "chunk16"]
+VECTOR_BF16X3 = BF16X3 + ["--engine", "vector"]
+RUN_ROWS = [
+    ("--threads", "1", [], ("plan", {"threads": "1"})),
+    ("--threads", "3", [], ("plan", {"threads": "3"})),
+    ("--threads", "4096", [], ("plan", {"threads": "4096"})),
+    ("--threads", "4097", [], ("error", r"--threads: expected an integer in \[0, 4096\], got '4097'")),
+    *[("--algo", a, [], ("plan", {"algo": a})) for a in ("recurrent", "chunk16", "chunk32", "chunk64")],
+    ("--algo", "chunk16", [], ("differs", ["--algo", "chunk64"])),
+    ("--algo", "chunk128", [], ("error", r"--algo: expected auto, recurrent, chunk16, chunk32 or chunk64")),
+    *[("--precision", p, ["--algo", "chunk16", "--engine", "vector"], ("plan", {"precision": p}))
+      for p in ("fp32", "bf16", "bf16x3", "bf16x4")],
+    ("--precision", "bf16", ["--algo", "chunk16", "--engine", "vector"], ("differs", ["--algo", "chunk16"])),
+    ("--precision", "auto", ["--algo", "chunk16", "--engine", "amx-emu"], ("plan", {"precision": "fp32"})),  # f32 case
+    ("--precision", "fp16", [], ("error", r"--precision: expected auto, fp32")),
+    ("--engine", "vector", BF16X3, ("plan", {"engine": None})),  # the SIMD target's name
+    ("--engine", "amx-emu", BF16X3, ("plan", {"engine": "amx-emu"})),
+    ("--engine", "amx-emu", BF16X3, ("differs", VECTOR_BF16X3)),
+    ("--engine", "amx", BF16X3, ("plan", {})),
+    ("--engine", "tiles", [], ("error", r"--engine: expected auto, vector, amx or amx-emu")),
+    ("--check-values", None, [], ("same", [])),
+    ("--check-values", None, [], ("error", r"value: non-finite value nan at index \[1, 1, 3\]", "nan_value")),
+    ("--check-values", None, [], ("error", r"error: [^:]*: out: non-finite value .* computed from finite inputs",
+                                  "huge_query")),
+    ("--check-values", None, [], ("error", r"error: [^:]*: final_state: non-finite value inf at index \[0, 1, ",
+                                  "huge_last_value")),
+    ("--print-plan", None, [], ("plan", {"T": "57", "Dk": "24"})),
+    ("--quiet", None, [], ("plan", {"T": "57"})),
+    ("--quiet", None, [], ("same", [])),
+    ("--input", "missing.safetensors", [], ("error", r"missing\.safetensors: cannot open")),
+    ("--output", "no/such/dir/out.safetensors", [], ("error", r"cannot create a temporary file")),
+]
+
+# Case metadata and tensors: (name, Case keywords, expected error or None).
+CASE_ROWS = [
+    ("scale", {"scale": 0.37}, None), ("scale", {"scale": -0.5}, None),
+    ("scale", {"metadata": {"scale": "0.37x"}}, r"metadata 'scale' is \"0\.37x\", expected a finite decimal"),
+    ("state_layout", {"layout": "kv"}, None),
+    ("state_layout", {"metadata": {"state_layout": "xy"}}, r"metadata 'state_layout' is \"xy\""),
+    ("use_qk_l2norm", {"l2norm": True}, None),
+    ("use_qk_l2norm", {"metadata": {"use_qk_l2norm": "yes"}}, r"metadata 'use_qk_l2norm' is \"yes\""),
+    ("format", {"metadata": {"format": "pt"}}, None),
+    ("g", {"g": False}, None), ("initial_state", {"state": False}, None),
+    # The gate in the kernel (docs/SPEC.md 6d; a gated case is run and checked by cli_test.sh's layouts_and_dtypes).
+    ("use_beta_sigmoid", {"metadata": {"use_beta_sigmoid": "yes"}}, r"metadata 'use_beta_sigmoid' is \"yes\""),
+    ("a", {"extra": {"a": ("f32", (sum(LENS), NV), raw([0] * (sum(LENS) * NV), "f32"))}},
+     r"a: expected either g or the raw gate a"),
+    ("A_log", {"extra": {"A_log": ("f32", (NV,), raw([0] * NV, "f32"))}}, r"A_log: given without the raw gate 'a'"),
+    ("dt_bias", {"extra": {"dt_bias": ("f32", (NV,), raw([0] * NV, "f32"))}}, r"dt_bias: given without the raw gate 'a'"),
+    ("out", {"extra": {"out": ("f32", (2,), raw([1, 2], "f32"))}}, None),  # expected results ride along, ignored
+    ("final_state", {"extra": {"final_state": ("f32", (1,), raw([3], "f32"))}}, None),
+]
+
+# `cgdr plan` flags: (flag, value, CGDR_PLAN field, value shown).
+PLAN_BASE = ["--t", "100", "--nk", "2", "--nv", "4", "--dk", "40", "--dv", "24", "--precision", "bf16x3"]
+PLAN_ROWS = [("--t", "1000", "T", "1000"), ("--nk", "1", "Nk", "1"), ("--nv", "8", "Nv", "8"), ("--dk", "100", "Dk", "100"),
+             ("--dv", "72", "Dv", "72"), ("--b", "3", "B", "3"), ("--threads", "5", "threads", "5"),
+             ("--dtype", "bf16", "dtype", "bf16"), ("--algo", "chunk32", "chunk", "32"),
+             ("--precision", "bf16x4", "precision", "bf16x4"), ("--engine", "amx-emu", "engine", "amx-emu")]
+
+
+# ------------------------------------------------------------ the tests
+
+def flags_of(command):
+    p = cgdr("flags", command)
+    assert p.returncode == 0, p.stderr
+    return [line.split()[0] for line in p.stdout.splitlines()]
+
+
+def listed_by_reader(tmp_path, **kw):
+    """The names a case reader's error lists after 'expected'."""
+    case = Case(tmp_path, **kw)
+    p = cgdr("run", "--input", case.path, "--output", tmp_path / "o.safetensors")
+    m = re.search(r"\(expected ([A-Za-z0-9_, ]+)\)", p.stderr)
+    assert p.returncode == 2 and m, p.stderr
+    return m.group(1).split(", ")
+
+
+def test_every_flag_key_and_tensor_has_a_row(tmp_path):
+    run_flags = flags_of("run")
+    assert {"--input", "--output", "--threads"} <= set(run_flags), run_flags
+    assert sorted(set(run_flags) - {r[0] for r in RUN_ROWS}) == [], "cgdr run flags without a row"
+    plan_flags = flags_of("plan")
+    assert sorted(set(plan_flags) - {r[0] for r in PLAN_ROWS}) == [], "cgdr plan flags without a row"
+    keys = listed_by_reader(tmp_path, metadata={"bogus": "1"})
+    tensors = listed_by_reader(tmp_path, extra={"bogus": ("f32", (1,), raw([0], "f32"))})
+    required = []
+    for name in tensors:
+        if name in ("out", "final_state"):  # expected results that may ride along: never required
+            continue
+        optional = ("g", "initial_state", "a", "A_log", "dt_bias")  # the gate's tensors: not in the base case
+        p = cgdr("run", "--input", Case(tmp_path, drop=[name] if name not in optional else [],
+                                        g=name != "g", state=name != "initial_state").path,
+                 "--output", tmp_path / "o.safetensors")
+        if "missing required tensor" in p.stderr:
+            required.append(name)
+    assert required == ["query", "key", "value", "beta", "seq_lens"], required
+    covered = {r[0] for r in CASE_ROWS}
+    assert sorted(set(keys) - covered) == [], "metadata keys without a row"
+    assert sorted(set(tensors) - set(required) - covered) == [], "optional tensors without a row"
+    assert {"out", "final_state"} <= covered
+
+
+@pytest.mark.parametrize("flag,value,ctx,check", RUN_ROWS, ids=lambda x: str(x) if isinstance(x, str) else None)
+def test_run_flag(tmp_path, flag, value, ctx, check):
+    kind = check[0]
+    case = Case(tmp_path, plant=check[2] if kind == "error" and len(check) > 2 else None)
+    given = [flag] + ([value] if value is not None else [])
+    out = tmp_path / "r.safetensors"
+    if flag in ("--input", "--output"):  # a bad one of the two
+        path = tmp_path / value
+        args = ["run", "--input", path if flag == "--input" else case.path, "--output",
+                path if flag == "--output" else out]
+        p = cgdr(*args)
+        assert p.returncode == 2 and re.search(check[1], p.stderr) and p.stderr.count("\n") == 1, p.stderr
+        assert not path.exists() and not out.exists()
+        return
+    if kind == "error":
+        run_fails(case, out, check[1], *ctx, *given)
+        return
+    flags = ctx + given
+    p = run_ok(case, out, *flags, *([] if "--print-plan" in flags else ["--print-plan"]))
+    precision = dict(zip(ctx[::2], ctx[1::2])).get("--precision", value if flag == "--precision" else "auto")
+    r = check_result(case, out, precision)
+    if kind == "plan":
+        fields = plan_line(p)
+        for k, v in check[1].items():
+            assert fields[k] == v if v is not None else fields[k] not in ("amx", "amx-emu"), (k, fields[k])
+        plain = [f for f in flags if f not in ("--print-plan", "--quiet")]
+        quiet = run_ok(case, tmp_path / "quiet.safetensors", *plain, "--quiet")
+        assert quiet.stdout == "", "stdout with --quiet and without --print-plan"
+        assert (tmp_path / "quiet.safetensors").read_bytes() == out.read_bytes(), "--print-plan changed the result"
+        summary = run_ok(case, tmp_path / "summary.safetensors", *plain)
+        assert summary.stdout.count("\n") == 1 and "tokens/s" in summary.stdout, summary.stdout
+    else:
+        other = tmp_path / "other.safetensors"
+        run_ok(case, other, *check[1])
+        o = read_safetensors(other)
+        same = all(np.array_equal(r[n], o[n]) for n in ("out", "final_state"))
+        assert same == (kind == "same")
+
+
+@pytest.mark.parametrize("name,kw,error", CASE_ROWS, ids=lambda x: str(x)[:40])
+def test_case_key_or_tensor(tmp_path, name, kw, error):
+    case = Case(tmp_path, **kw)
+    out = tmp_path / "r.safetensors"
+    if error:
+        run_fails(case, out, error)
+        return
+    run_ok(case, out)
+    check_result(case, out)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
+def test_every_dtype(tmp_path, dtype):
+    """query/key/value/beta (and out), initial_state (and final_state) and g of every dtype."""
+    for state_dtype in ("f16", "bf16", "f32"):
+        for g_dtype in ("f16", "bf16", "f32"):
+            case = Case(tmp_path, dtype=dtype, state_dtype=state_dtype, g_dtype=g_dtype)
+            out = tmp_path / f"r_{state_dtype}_{g_dtype}.safetensors"
+            run_ok(case, out)
+            check_result(case, out)
+
+
+@pytest.mark.parametrize("flag,value,field,shown", PLAN_ROWS)
+def test_plan_flag(flag, value, field, shown):
+    args = list(PLAN_BASE)
+    if flag in args:
+        args[args.index(flag) + 1] = value
+    else:
+        args += [flag, value]
+    p = cgdr("plan", *args)
+    assert p.returncode == 0, p.stderr
+    assert plan_line(p)[field] == shown
+
+
+def test_plan_splits_t_evenly():
+    """B sequences split T: the first T % B one token longer, summing to T."""
+    p = cgdr("plan", "--t", "1000", "--b", "3", "--nk", "1", "--nv", "1", "--dk", "16", "--dv", "16", "--threads", "1")
+    assert p.returncode == 0, p.stderr
+    tokens = {int(m.group(1)): int(m.group(2))
+              for m in re.finditer(r"^group \d+: seq (\d+), heads \d+\.\.\d+, \d+ items of (\d+) tokens$", p.stdout, re.M)}
+    assert tokens == {0: 334, 1: 333, 2: 333}, p.stdout

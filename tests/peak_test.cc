@@ -1,0 +1,39 @@
+// src/bench/peak: what the machine measurements of `cgdr bench` report
+// besides their timings (which no test asserts): the threads, lanes, target
+// and buffer sizes they ran with.
+#include "bench/peak.h"
+
+#include <gtest/gtest.h>
+
+#include "cgdr/cgdr.hpp"
+
+namespace cgdr {
+namespace {
+
+TEST(Peak, FmaPeakReportsHowItRan) {
+  const FmaPeak p = MeasureFmaPeak(3, 0.005);
+  EXPECT_EQ(p.threads, 3);
+  EXPECT_EQ(p.target, ActiveTarget());
+  EXPECT_EQ(p.lanes, p.target == "SCALAR" ? 1u : p.target == "AVX3" ? 16u : p.target == "AVX2" ? 8u : 4u);
+  EXPECT_GT(p.gflops, 0.0);
+  EXPECT_EQ(MeasureFmaPeak(0, 0.005).threads, 1);  // at least one thread
+}
+
+TEST(Peak, CopyBandwidthReportsHowItRan) {
+  const size_t lanes = MeasureFmaPeak(1, 0.001).lanes;
+  const CopyBandwidth c = MeasureCopyBandwidth(3, size_t{1} << 20);
+  EXPECT_EQ(c.threads, 3);
+  EXPECT_LE(c.bytes, size_t{1} << 20);
+  EXPECT_EQ(c.bytes % (4 * lanes * 3 * sizeof(float)), 0u);  // whole unrolled steps on every thread
+  EXPECT_GT(c.bytes, (size_t{1} << 20) - 4 * lanes * 3 * sizeof(float));
+  EXPECT_GT(c.gbytes_per_s, 0.0);
+}
+
+TEST(Peak, AmxPeakReportsItsThreads) {
+  const AmxPeak a = MeasureAmxPeak(2, 0.005);
+  EXPECT_EQ(a.threads, 2);
+  EXPECT_GE(a.gflops, 0.0);  // 0 where AMX is not usable
+}
+
+}  // namespace
+}  // namespace cgdr
