@@ -32,13 +32,16 @@ struct Args {
   std::string layout = "both";
   cgdr::DType pool = cgdr::DType::kF32;
   int threads = 0, iters = 15;
+  int64_t K = 0;  // > 0: also a verify row (K draft tokens per sequence, docs/SPEC.md 6d) against K steps
   std::string json;
 };
 
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(stderr,
                "bench_decode: %s\nusage: bench_decode [--n N] [--nk NK] [--nv NV] [--dk DK] [--dv DV] "
-               "[--layout vk|kv|both] [--pool f32|bf16|f16] [--threads T] [--iters I] [--json FILE]\n",
+               "[--layout vk|kv|both] [--pool f32|bf16|f16] [--threads T] [--iters I] [--k K] [--json FILE]\n"
+               "  --k K (1..16): also time verify, K tokens per sequence in one call with the state after each\n"
+               "  into its own pool slot, against K single steps (e.g. --n 64 --k 4)\n",
                why);
   std::exit(2);
 }
@@ -67,6 +70,7 @@ Args Parse(int argc, char** argv) {
     else if (f == "--dv") a.Dv = ParseInt("--dv", v, 1, cgdr::kMaxHeadDim);
     else if (f == "--threads") a.threads = static_cast<int>(ParseInt("--threads", v, 0, 4096));
     else if (f == "--iters") a.iters = static_cast<int>(ParseInt("--iters", v, 1, 100000));
+    else if (f == "--k") a.K = ParseInt("--k", v, 1, cgdr::kMaxDraftTokens);
     else if (f == "--json") a.json = v;
     else if (f == "--layout") {
       a.layout = v;
@@ -117,23 +121,24 @@ struct Copier {
 };
 
 // One decode problem: N sequences whose states sit at shuffled rows of a pool
-// 1.25x larger than needed (as a serving engine's would).
+// 1.25x larger than needed (as a serving engine's would); with --k, K more
+// slots per sequence for verify's per-token states.
 struct Stepper {
   cgdr::StateLayout layout;
   std::vector<uint8_t> pool;
   std::vector<float> q, k, v, beta, g, out;
-  std::vector<int32_t> rows;
-  cgdr::DecodeInputs in;
-  cgdr::DecodeOutputs o;
+  std::vector<int32_t> rows, dst;
+  cgdr::DecodeInputs in, verify_in;
+  cgdr::DecodeOutputs o, verify_o;
   cgdr::Options opt;
   double state_bytes = 0;
 
   Stepper(const Args& a, cgdr::StateLayout l, int threads) : layout(l) {
-    const int64_t N = a.N, P = N + N / 4, head = a.Dk * a.Dv;
+    const int64_t N = a.N, K = std::max<int64_t>(a.K, 1), P = N + N / 4 + (a.K > 0 ? N * K : 0), head = a.Dk * a.Dv;
     const size_t es = cgdr::DTypeSize(a.pool);
     pool.resize(static_cast<size_t>(P * a.Nv * head) * es);
-    q.resize(N * a.Nk * a.Dk); k.resize(q.size()); v.resize(N * a.Nv * a.Dv);
-    beta.assign(N * a.Nv, 0.5f); g.assign(N * a.Nv, -0.05f); out.resize(N * a.Nv * a.Dv);
+    q.resize(N * K * a.Nk * a.Dk); k.resize(q.size()); v.resize(N * K * a.Nv * a.Dv);
+    beta.assign(N * K * a.Nv, 0.5f); g.assign(N * K * a.Nv, -0.05f); out.resize(N * K * a.Nv * a.Dv);
     std::mt19937 rng(7);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (auto* buf : {&q, &k, &v}) for (float& x : *buf) x = nd(rng);
@@ -144,6 +149,7 @@ struct Stepper {
     rows.resize(static_cast<size_t>(P));
     std::iota(rows.begin(), rows.end(), 0);
     std::shuffle(rows.begin(), rows.end(), rng);
+    dst.assign(rows.begin() + N, rows.begin() + std::min<int64_t>(P, N + N * K));  // verify's destinations
     rows.resize(static_cast<size_t>(N));
 
     const bool kv = layout == cgdr::StateLayout::kKV;
@@ -159,11 +165,24 @@ struct Stepper {
     opt.threads = threads;
     opt.use_qk_l2norm = true;  // q/k are raw normals: keep the states bounded
     state_bytes = 2.0 * static_cast<double>(N * a.Nv * head) * static_cast<double>(es);  // read + written
+    if (a.K > 0) {  // the same tensors with a token axis: K tokens per sequence, each state into its own slot
+      const auto tokens = [K](const cgdr::TensorView& t) {
+        std::vector<int64_t> dims{t.shape[0], K};
+        for (int i = 1; i < t.rank; ++i) dims.push_back(t.shape[i]);
+        return cgdr::TensorView(t.data, t.dtype, dims);
+      };
+      verify_in = in;
+      for (cgdr::TensorView* t : {&verify_in.query, &verify_in.key, &verify_in.value, &verify_in.beta, &verify_in.g}) {
+        *t = tokens(*t);
+      }
+      verify_in.dst_indices = cgdr::TensorView(dst.data(), cgdr::DType::kI32, {N, K});
+      verify_o.out = tokens(o.out);
+    }
   }
 
-  double Time() {
+  double Time(bool verify = false) {
     const double t0 = Seconds();
-    const cgdr::Status s = cgdr::DecodeStep(in, o, opt);
+    const cgdr::Status s = verify ? cgdr::DecodeStep(verify_in, verify_o, opt) : cgdr::DecodeStep(in, o, opt);
     const double dt = Seconds() - t0;
     if (!s.ok()) {
       std::fprintf(stderr, "bench_decode: %s\n", s.message().c_str());
@@ -189,13 +208,16 @@ int main(int argc, char** argv) {
   // Interleave the copy and the steps so drift in the machine's bandwidth
   // (shared hosts) hits both alike; the first round only warms up.
   std::vector<double> copy_t;
-  std::vector<std::vector<double>> step_t(steppers.size());
+  std::vector<std::vector<double>> step_t(steppers.size()), verify_t(steppers.size());
   for (int it = 0; it <= a.iters; ++it) {
     const double c = copier.Time();
     if (it > 0) copy_t.push_back(c);
     for (size_t i = 0; i < steppers.size(); ++i) {
       const double t = steppers[i]->Time();
       if (it > 0) step_t[i].push_back(t);
+      if (a.K == 0) continue;
+      const double vt = steppers[i]->Time(true);
+      if (it > 0) verify_t[i].push_back(vt);
     }
   }
   const double copy_gbps = copier.moved() / Median(copy_t) / 1e9;
@@ -218,8 +240,19 @@ int main(int argc, char** argv) {
                   "\"gbps\": %.4f, \"copy_gbps\": %.4f, \"pct_copy\": %.2f}%s\n",
                   st.name(), static_cast<long long>(a.N), static_cast<long long>(a.Nk), static_cast<long long>(a.Nv),
                   static_cast<long long>(a.Dk), static_cast<long long>(a.Dv), cgdr::DTypeName(a.pool), threads, sec,
-                  st.state_bytes, gbps, copy_gbps, pct, i + 1 < steppers.size() ? "," : "");
+                  st.state_bytes, gbps, copy_gbps, pct, i + 1 < steppers.size() || a.K > 0 ? "," : "");
     json += buf;
+    if (a.K > 0) {  // verify: one call of K tokens against K single steps (the row above), same run
+      const double vsec = Median(verify_t[i]), speedup = static_cast<double>(a.K) * sec / vsec;
+      std::printf("verify %s K=%lld: %.3f ms/call, %lld steps %.3f ms: %.2fx\n", st.name(),
+                  static_cast<long long>(a.K), vsec * 1e3, static_cast<long long>(a.K), a.K * sec * 1e3, speedup);
+      std::snprintf(buf, sizeof buf,
+                    "  {\"name\": \"verify_%s\", \"N\": %lld, \"K\": %lld, \"seconds\": %.9g, "
+                    "\"steps_seconds\": %.9g, \"speedup_vs_steps\": %.4f}%s\n",
+                    st.name(), static_cast<long long>(a.N), static_cast<long long>(a.K), vsec, a.K * sec, speedup,
+                    i + 1 < steppers.size() ? "," : "");
+      json += buf;
+    }
   }
   json += "]\n";
   if (!a.json.empty()) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cgdr/cgdr.h"
@@ -230,6 +231,172 @@ TEST_P(CApiParity, SameBitsAndErrorsAsCpp) {
 // Dk = 40 (bucket 64), Dk = 100 (bucket 128: a forced bucket 64 is an error).
 INSTANTIATE_TEST_SUITE_P(Dk, CApiParity, ::testing::Values(40, 100));
 
+// The serving tensors (docs/SPEC.md 6d) through cgdr_prefill_ex and
+// cgdr_decode_ex give the bytes and errors of the C++ calls: the gate in the
+// kernel with beta's sigmoid, a pool of P slots with a slot stride and
+// state_indices, checkpoints; and verify's token axis into named pool slots
+// or into dense per-token states.
+struct ServingCall {
+  static constexpr int64_t kP = 8, kN = 3, kK = 4, kGap = 8;
+  Case c;
+  int64_t slot = 0, stride = 0;
+  std::vector<float> pool;
+  Bytes ckpt, states, verify_out;
+  std::vector<int32_t> prefill_slots{4, -1, 1}, src{4, 1, 0}, dst{5, 6, -1, 7, 2, 3, -1, -1, -1, -1, -1, -1};
+  ServingCall() : c(MakeCase(ServingSpec())) {
+    const CaseSpec& s = c.spec;
+    slot = s.Nv * s.Dk * s.Dv;
+    stride = slot + kGap;
+    pool.resize(static_cast<size_t>(kP * stride));
+    for (size_t i = 0; i < pool.size(); ++i) pool[i] = static_cast<float>(static_cast<int64_t>(i % 61) - 30) / 64.0f;
+    ckpt.assign(static_cast<size_t>(3 * slot) * sizeof(float), 0);  // floor(37/16) + 0 + floor(20/16)
+    states.assign(static_cast<size_t>(kN * kK * slot) * sizeof(float), 0);
+    verify_out.assign(static_cast<size_t>(kN * kK * s.Nv * s.Dv) * sizeof(float), 0);
+  }
+  static CaseSpec ServingSpec() {
+    CaseSpec s = Spec(40, StateLayout::kVK);
+    s.raw_gate = true;
+    s.beta_sigmoid = true;
+    return s;
+  }
+  Options options() const {
+    Options o = c.options();
+    o.checkpoint_every = 16;
+    o.state_slot_stride = stride;
+    return o;
+  }
+  TensorView Pool() { return TensorView(pool.data(), DType::kF32, {kP, c.spec.Nv, c.spec.Dv, c.spec.Dk}); }
+  std::pair<Inputs, Outputs> Prefill() {
+    Inputs in = c.inputs();
+    Outputs out = c.outputs();
+    in.initial_state = out.final_state = Pool();
+    in.state_indices = TensorView(prefill_slots.data(), DType::kI32, {kN});
+    out.checkpoint_states = TensorView(ckpt.data(), DType::kF32, {3, c.spec.Nv, c.spec.Dv, c.spec.Dk});
+    return {in, out};
+  }
+  // The first N K rows of the case as N sequences of K draft tokens.
+  std::pair<DecodeInputs, DecodeOutputs> Verify(bool dense) {
+    const Inputs in = c.inputs();
+    const auto tokens = [](const TensorView& t) {
+      std::vector<int64_t> dims{kN, kK};
+      for (int i = 1; i < t.rank; ++i) dims.push_back(t.shape[i]);
+      return TensorView(t.data, t.dtype, dims);
+    };
+    DecodeInputs d;
+    d.query = tokens(in.query);
+    d.key = tokens(in.key);
+    d.value = tokens(in.value);
+    d.beta = tokens(in.beta);
+    d.a = tokens(in.a);
+    d.A_log = in.A_log;
+    d.dt_bias = in.dt_bias;
+    d.state_pool = Pool();
+    d.state_indices = TensorView(src.data(), DType::kI32, {kN});
+    DecodeOutputs o;
+    o.out = TensorView(verify_out.data(), DType::kF32, {kN, kK, c.spec.Nv, c.spec.Dv});
+    if (dense) {
+      o.states = TensorView(states.data(), DType::kF32, {kN * kK, c.spec.Nv, c.spec.Dv, c.spec.Dk});
+    } else {
+      d.dst_indices = TensorView(dst.data(), DType::kI32, {kN, kK});
+    }
+    return {d, o};
+  }
+};
+
+cgdr_options* ServingHandle(const Options& o) {
+  cgdr_options* h = nullptr;
+  EXPECT_EQ(cgdr_options_create(&h), CGDR_OK);
+  EXPECT_EQ(cgdr_options_set_checkpoint_every(h, o.checkpoint_every), CGDR_OK);
+  EXPECT_EQ(cgdr_options_set_state_slot_stride(h, o.state_slot_stride), CGDR_OK);
+  EXPECT_EQ(cgdr_options_set_beta_sigmoid(h, o.use_beta_sigmoid ? 1 : 0), CGDR_OK);
+  return h;
+}
+
+// mutate: applied to both calls' tensors (a bad input: both fail alike, and
+// `ok` says whether the calls are to succeed).
+void ExpectServingParity(const std::function<void(Inputs&, Outputs&, DecodeInputs&)>& mutate, bool dense, bool ok) {
+  ServingCall cpp, c;
+  const Options opt = cpp.options();
+  cgdr_options* handle = ServingHandle(opt);
+  auto [cpp_in, cpp_out] = cpp.Prefill();
+  auto [c_in, c_out] = c.Prefill();
+  auto [cpp_din, cpp_dout] = cpp.Verify(dense);
+  auto [c_din, c_dout] = c.Verify(dense);
+  mutate(cpp_in, cpp_out, cpp_din);
+  mutate(c_in, c_out, c_din);
+
+  const Outcome cpp_prefill = Of(cgdr::Run(cpp_in, cpp_out, opt));
+  EXPECT_EQ(cpp_prefill.code == 0, ok) << cpp_prefill.message;
+  cgdr_prefill_args pa;
+  std::memset(&pa, 0, sizeof pa);
+  pa.query = ToC(c_in.query);
+  pa.key = ToC(c_in.key);
+  pa.value = ToC(c_in.value);
+  pa.beta = ToC(c_in.beta);
+  pa.g = ToC(c_in.g);
+  pa.initial_state = ToC(c_in.initial_state);
+  pa.seq_lens = ToC(c_in.seq_lens);
+  pa.out = ToC(c_out.out);
+  pa.final_state = ToC(c_out.final_state);
+  cgdr_prefill_extra pe;
+  std::memset(&pe, 0, sizeof pe);
+  pe.a = ToC(c_in.a);
+  pe.A_log = ToC(c_in.A_log);
+  pe.dt_bias = ToC(c_in.dt_bias);
+  pe.state_indices = ToC(c_in.state_indices);
+  pe.checkpoint_states = ToC(c_out.checkpoint_states);
+  const Outcome c_prefill = Of(cgdr_prefill_ex(&pa, &pe, handle));
+  EXPECT_EQ(c_prefill, cpp_prefill) << "C: " << c_prefill.message << "\nC++: " << cpp_prefill.message;
+  EXPECT_TRUE(SameBytes(c.c.out, cpp.c.out)) << "out";
+  EXPECT_TRUE(c.pool == cpp.pool) << "pool after prefill";
+  EXPECT_TRUE(SameBytes(c.ckpt, cpp.ckpt)) << "checkpoint_states";
+
+  const Outcome cpp_verify = Of(cgdr::DecodeStep(cpp_din, cpp_dout, opt));
+  EXPECT_EQ(cpp_verify.code == 0, ok) << cpp_verify.message;
+  cgdr_decode_args da;
+  std::memset(&da, 0, sizeof da);
+  da.query = ToC(c_din.query);
+  da.key = ToC(c_din.key);
+  da.value = ToC(c_din.value);
+  da.beta = ToC(c_din.beta);
+  da.g = ToC(c_din.g);
+  da.state_pool = ToC(c_din.state_pool);
+  da.state_indices = ToC(c_din.state_indices);
+  da.out = ToC(c_dout.out);
+  cgdr_decode_extra de;
+  std::memset(&de, 0, sizeof de);
+  de.a = ToC(c_din.a);
+  de.A_log = ToC(c_din.A_log);
+  de.dt_bias = ToC(c_din.dt_bias);
+  de.dst_indices = ToC(c_din.dst_indices);
+  de.states = ToC(c_dout.states);
+  const Outcome c_verify = Of(cgdr_decode_ex(&da, &de, handle));
+  EXPECT_EQ(c_verify, cpp_verify) << "C: " << c_verify.message << "\nC++: " << cpp_verify.message;
+  EXPECT_TRUE(SameBytes(c.verify_out, cpp.verify_out)) << "verify out";
+  EXPECT_TRUE(c.pool == cpp.pool) << "pool after verify";
+  EXPECT_TRUE(SameBytes(c.states, cpp.states)) << "verify states";
+  cgdr_options_destroy(handle);
+}
+
+TEST(CApiParity, ServingTensors) {
+  for (bool dense : {false, true}) {
+    SCOPED_TRACE(dense ? "dense states" : "pool slots");
+    ExpectServingParity([](Inputs&, Outputs&, DecodeInputs&) {}, dense, true);
+  }
+}
+
+TEST(CApiParity, ServingErrors) {
+  ExpectServingParity([](Inputs& in, Outputs&, DecodeInputs& d) {
+    in.g = in.a;  // g and the raw gate both
+    d.g = d.a;
+  }, false, false);
+  ExpectServingParity([](Inputs&, Outputs& out, DecodeInputs& d) {
+    out.checkpoint_states.shape[0] = 2;
+    static int32_t twice[] = {5, 5, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    d.dst_indices.data = twice;
+  }, false, false);
+}
+
 TEST(CApiSetters, RejectValuesOutsideTheirRange) {
   cgdr_options* handle = nullptr;
   ASSERT_EQ(cgdr_options_create(&handle), CGDR_OK);
@@ -243,6 +410,20 @@ TEST(CApiSetters, RejectValuesOutsideTheirRange) {
   EXPECT_EQ(cgdr_options_set_dk_bucket(handle, 80), CGDR_OK);
   EXPECT_EQ(cgdr_options_set_v_step(nullptr, 8), CGDR_INVALID_ARGUMENT);
   EXPECT_EQ(cgdr_options_set_dk_bucket(nullptr, 64), CGDR_INVALID_ARGUMENT);
+  // The serving options (docs/SPEC.md 6d): signs here, against the shapes in the call.
+  EXPECT_EQ(cgdr_options_set_checkpoint_every(handle, -1), CGDR_INVALID_ARGUMENT);
+  EXPECT_STREQ(cgdr_last_error(), "cgdr_options_set_checkpoint_every: expected 0 (none) or a positive token count, got -1");
+  EXPECT_EQ(cgdr_options_set_checkpoint_every(handle, 256), CGDR_OK);
+  EXPECT_EQ(cgdr_options_set_state_slot_stride(handle, -8), CGDR_INVALID_ARGUMENT);
+  EXPECT_STREQ(cgdr_last_error(),
+               "cgdr_options_set_state_slot_stride: expected 0 (dense) or a positive element count, got -8");
+  EXPECT_EQ(cgdr_options_set_state_slot_stride(handle, 0), CGDR_OK);
+  EXPECT_EQ(cgdr_options_set_beta_sigmoid(handle, 1), CGDR_OK);
+  EXPECT_EQ(cgdr_options_set_checkpoint_every(nullptr, 1), CGDR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgdr_options_set_state_slot_stride(nullptr, 0), CGDR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgdr_options_set_beta_sigmoid(nullptr, 1), CGDR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgdr_prefill_ex(nullptr, nullptr, handle), CGDR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgdr_decode_ex(nullptr, nullptr, handle), CGDR_INVALID_ARGUMENT);
   cgdr_options_destroy(handle);
 }
 

@@ -206,6 +206,12 @@ CASE_ROWS = [
     ("use_qk_l2norm", {"metadata": {"use_qk_l2norm": "yes"}}, r"metadata 'use_qk_l2norm' is \"yes\""),
     ("format", {"metadata": {"format": "pt"}}, None),
     ("g", {"g": False}, None), ("initial_state", {"state": False}, None),
+    # The gate in the kernel (docs/SPEC.md 6d; a gated case is run and checked by cli_test.sh's layouts_and_dtypes).
+    ("use_beta_sigmoid", {"metadata": {"use_beta_sigmoid": "yes"}}, r"metadata 'use_beta_sigmoid' is \"yes\""),
+    ("a", {"extra": {"a": ("f32", (sum(LENS), NV), raw([0] * (sum(LENS) * NV), "f32"))}},
+     r"a: expected either g or the raw gate a"),
+    ("A_log", {"extra": {"A_log": ("f32", (NV,), raw([0] * NV, "f32"))}}, r"A_log: given without the raw gate 'a'"),
+    ("dt_bias", {"extra": {"dt_bias": ("f32", (NV,), raw([0] * NV, "f32"))}}, r"dt_bias: given without the raw gate 'a'"),
     ("out", {"extra": {"out": ("f32", (2,), raw([1, 2], "f32"))}}, None),  # expected results ride along, ignored
     ("final_state", {"extra": {"final_state": ("f32", (1,), raw([3], "f32"))}}, None),
 ]
@@ -230,7 +236,7 @@ def listed_by_reader(tmp_path, **kw):
     """The names a case reader's error lists after 'expected'."""
     case = Case(tmp_path, **kw)
     p = cgdr("run", "--input", case.path, "--output", tmp_path / "o.safetensors")
-    m = re.search(r"\(expected ([a-z0-9_, ]+)\)", p.stderr)
+    m = re.search(r"\(expected ([A-Za-z0-9_, ]+)\)", p.stderr)
     assert p.returncode == 2 and m, p.stderr
     return m.group(1).split(", ")
 
@@ -247,7 +253,8 @@ def test_every_flag_key_and_tensor_has_a_row(tmp_path):
     for name in tensors:
         if name in ("out", "final_state"):  # expected results that may ride along: never required
             continue
-        p = cgdr("run", "--input", Case(tmp_path, drop=[name] if name not in ("g", "initial_state") else [],
+        optional = ("g", "initial_state", "a", "A_log", "dt_bias")  # the gate's tensors: not in the base case
+        p = cgdr("run", "--input", Case(tmp_path, drop=[name] if name not in optional else [],
                                         g=name != "g", state=name != "initial_state").path,
                  "--output", tmp_path / "o.safetensors")
         if "missing required tensor" in p.stderr:

@@ -146,6 +146,7 @@ section_layouts_and_dtypes() {
   run_and_check nog --t 33 --no-g
   run_and_check nostate --lens 4,0,9 --no-state --dtype f16
   run_and_check wide --t 20 --nk 1 --nv 3 --dk 80 --dv 48
+  run_and_check gate --lens 19,0,40 --nk 2 --nv 4 --raw-gate --beta-sigmoid --dtype bf16  # SPEC 6d: the gate in the kernel
   run_and_check empty --lens 0 --dtype bf16
   expect_no_temporaries "layouts_and_dtypes"
 }
@@ -235,7 +236,7 @@ section_hostile() {
     sed 's/^/{/; s/$/}/' | tr -d '\n' >"$W/many.json"
   st_file "$W/many.json" "$W/many.case"
   expect_error "100,000 entries" \
-    "unknown tensor 't0' (expected query, key, value, beta, g, initial_state, seq_lens, out, final_state)" \
+    "unknown tensor 't0' (expected query, key, value, beta, g, a, A_log, dt_bias, initial_state, seq_lens, out, final_state)" \
     timeout 60 "$CGDR" run --input "$W/many.case" --output "$W/out.safetensors"
 
   # 3. A FIFO as the input: open() blocked forever.

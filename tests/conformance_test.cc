@@ -64,11 +64,13 @@ std::string EnumText(E e) { return std::to_string(static_cast<int>(e)); }
 // Every field of cgdr::Options with its value as text. When Options grows,
 // this binding stops compiling: name the new field here, then give it a row.
 std::vector<std::pair<std::string, std::string>> OptionFields(const Options& o) {
-  const auto& [scale, use_qk_l2norm, state_layout, algo, threads, check_values, v_step, dk_bucket, precision, engine] = o;
+  const auto& [scale, use_qk_l2norm, state_layout, algo, threads, check_values, v_step, dk_bucket, precision, engine,
+                checkpoint_every, state_slot_stride, use_beta_sigmoid] = o;
   return {{"scale", Text(scale)},         {"use_qk_l2norm", Text(use_qk_l2norm)}, {"state_layout", EnumText(state_layout)},
           {"algo", EnumText(algo)},       {"threads", Text(threads)},             {"check_values", Text(check_values)},
           {"v_step", Text(v_step)},       {"dk_bucket", Text(dk_bucket)},         {"precision", EnumText(precision)},
-          {"engine", EnumText(engine)}};
+          {"engine", EnumText(engine)},   {"checkpoint_every", Text(checkpoint_every)},
+          {"state_slot_stride", Text(state_slot_stride)}, {"use_beta_sigmoid", Text(use_beta_sigmoid)}};
 }
 
 // The option setters of the C API, as include/cgdr/cgdr.h declares them.
@@ -128,6 +130,19 @@ Setter VStep(int v) {
 Setter DkBucket(int b) {
   return {"dk_bucket", [b](Options* o) { o->dk_bucket = b; },
           [b](cgdr_options* h) { return cgdr_options_set_dk_bucket(h, b); }};
+}
+// The serving options (docs/SPEC.md 6d).
+Setter CheckpointEvery(int64_t e) {
+  return {"checkpoint_every", [e](Options* o) { o->checkpoint_every = e; },
+          [e](cgdr_options* h) { return cgdr_options_set_checkpoint_every(h, e); }};
+}
+Setter SlotStride(int64_t v) {
+  return {"state_slot_stride", [v](Options* o) { o->state_slot_stride = v; },
+          [v](cgdr_options* h) { return cgdr_options_set_state_slot_stride(h, v); }};
+}
+Setter BetaSigmoid() {
+  return {"beta_sigmoid", [](Options* o) { o->use_beta_sigmoid = true; },
+          [](cgdr_options* h) { return cgdr_options_set_beta_sigmoid(h, 1); }};
 }
 Setter NoOption() {  // tensor rows: the inputs change, not the options
   return {"", [](Options*) {}, [](cgdr_options*) { return CGDR_OK; }};
@@ -249,6 +264,19 @@ std::vector<Row> Rows() {
       {"v_step=16", {}, VStep(16), Shows::kSame},
       {"v_step=256 (the limit)", {}, VStep(256), Shows::kSame},
       {"v_step=257", {}, VStep(257), Shows::kOutcome, Shows::kSame, "v_step: expected 0 (auto) .. 256, got 257", "", true},
+      // Serving (docs/SPEC.md 6d): beta's sigmoid changes both calls; checkpoints
+      // need their tensor (decode ignores the option); a stride below a slot is
+      // refused by both, a negative one by the C setter too.
+      {"use_beta_sigmoid", {}, BetaSigmoid(), Shows::kOutcome, Shows::kOutcome},
+      {"checkpoint_every=8 without checkpoint_states", {}, CheckpointEvery(8), Shows::kOutcome, Shows::kSame,
+       "checkpoint_states: required tensor is missing (options.checkpoint_every = 8)"},
+      {"checkpoint_every=-1", {}, CheckpointEvery(-1), Shows::kOutcome, Shows::kSame,
+       "checkpoint_every: expected 0 (none) or a positive token count, got -1", "", true},
+      {"state_slot_stride=1 (below a slot)", {}, SlotStride(1), Shows::kOutcome, Shows::kOutcome,
+       "options.state_slot_stride: expected 0 (dense) or 3840 (Nv * Dk * Dv)",
+       "options.state_slot_stride: expected 0 (dense) or 3840 (Nv * Dk * Dv)"},
+      {"state_slot_stride=-1", {}, SlotStride(-1), Shows::kOutcome, Shows::kOutcome,
+       "state_slot_stride: expected 0 (dense) or", "state_slot_stride: expected 0 (dense) or", true},
       {"dk_bucket=-1 (generic)", {}, DkBucket(-1), Shows::kAny},
       {"dk_bucket=64", {}, DkBucket(64), Shows::kAny},
       {"dk_bucket=80", {}, DkBucket(80), Shows::kAny},
@@ -467,9 +495,11 @@ void ExpectPrefillMatchesReference(Case& c, const Options& opt) {
 // A decode step against the FP64 reference of its 1-token sequences: live
 // rows' out and pool states, skipped rows' out zero, other pool rows as they were.
 void ExpectDecodeMatchesReference(DecodeCase& d, const Options& opt, const Bytes& pool_before) {
-  // Decode reads scale, l2norm, layout, threads and check_values (SPEC 6b);
-  // the plan's options, which it ignores, must not fail the reference's Validate.
+  // Decode reads scale, l2norm, layout, threads and check_values (SPEC 6b)
+  // and use_beta_sigmoid (SPEC 6d); the plan's options, which it ignores,
+  // must not fail the reference's Validate.
   Options decode_opt;
+  decode_opt.use_beta_sigmoid = opt.use_beta_sigmoid;
   decode_opt.scale = opt.scale;
   decode_opt.use_qk_l2norm = opt.use_qk_l2norm;
   decode_opt.state_layout = opt.state_layout;

@@ -23,8 +23,10 @@
 #include <future>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/synthetic.h"
 #include "io/case_file.h"
 #include "io/json_scan.h"
@@ -795,6 +797,34 @@ TEST(safetensors, CaseRejectsBadMetadata) {
   ExpectCaseRejected({{"state_layout", "xy"}}, "metadata 'state_layout' is \"xy\", expected \"vk\" or \"kv\"");
   ExpectCaseRejected({{"use_qk_l2norm", "yes"}}, "metadata 'use_qk_l2norm' is \"yes\"");
   ExpectCaseRejected({{"use_qk_l2_norm", "true"}}, "unknown metadata key 'use_qk_l2_norm'");
+  ExpectCaseRejected({{"use_beta_sigmoid", "1"}}, "metadata 'use_beta_sigmoid' is \"1\", expected \"true\" or \"false\"");
+}
+
+// The gate in the kernel (docs/SPEC.md 6d) travels in a case: a, A_log,
+// dt_bias and the metadata use_beta_sigmoid read back as written.
+TEST(safetensors, CaseKeepsTheRawGate) {
+  TempDir dir;
+  CaseSpec spec;
+  spec.Nv = 2;
+  spec.raw_gate = true;
+  spec.beta_sigmoid = true;
+  Case c = MakeCase(spec);
+  ASSERT_TRUE(SaveCase(dir / "c.safetensors", c.inputs(), c.options()).ok());
+  LoadedCase lc;
+  const Status s = LoadCase(dir / "c.safetensors", &lc);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_FALSE(lc.inputs.g.present());
+  EXPECT_TRUE(lc.options.use_beta_sigmoid);
+  const Inputs want = c.inputs();
+  const std::vector<std::pair<TensorView, TensorView>> pairs{
+      {lc.inputs.a, want.a}, {lc.inputs.A_log, want.A_log}, {lc.inputs.dt_bias, want.dt_bias}};
+  for (const auto& [got, ref] : pairs) {
+    ASSERT_TRUE(got.present());
+    ASSERT_EQ(got.ShapeString(), ref.ShapeString());
+    EXPECT_EQ(std::memcmp(got.data, ref.data, static_cast<size_t>(ref.numel()) * DTypeSize(ref.dtype)), 0);
+  }
+  Case plain = MakeCase(CaseSpec{});  // without the gate: no use_beta_sigmoid key (older files stay the same)
+  EXPECT_EQ(CaseMetadata(plain.options()).count("use_beta_sigmoid"), 0u);
 }
 
 TEST(safetensors, CaseRejectsMissingAndUnknownTensors) {

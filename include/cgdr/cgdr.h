@@ -26,7 +26,12 @@
  *   3 (0.1.0): CGDR_PRECISION_AUTO (the default from then on: the fastest
  *              mode whose error meets SPEC 6, so the bits of a call may
  *              change, its accuracy contract not), cgdr_engine and
- *              cgdr_options_set_engine. */
+ *              cgdr_options_set_engine.
+ *   4 (0.1.0): serving (docs/SPEC.md 6d): cgdr_prefill_ex with
+ *              cgdr_prefill_extra (the gate in the kernel, state pools,
+ *              checkpoints), cgdr_decode_ex with cgdr_decode_extra (the gate,
+ *              a token axis with per-token states), and the options
+ *              checkpoint_every, state_slot_stride, beta_sigmoid. */
 #ifndef CGDR_CGDR_H_
 #define CGDR_CGDR_H_
 
@@ -39,7 +44,7 @@
 extern "C" {
 #endif
 
-#define CGDR_API_VERSION 3
+#define CGDR_API_VERSION 4
 
 typedef enum cgdr_status {
   CGDR_OK = 0,
@@ -108,6 +113,39 @@ typedef struct cgdr_decode_args {
   cgdr_tensor out;
 } cgdr_decode_args;
 
+/* The serving tensors of a prefill (docs/SPEC.md 6d); zero-initialise and set
+ * the ones you use (data == NULL: absent).
+ *   a [T,Nv], A_log [Nv], dt_bias [Nv] (optional): g = -exp(A_log) *
+ *     softplus(a + dt_bias) in the kernel, instead of args->g.
+ *   state_indices [B] int32: args->initial_state / final_state are pools
+ *     [P,Nv,...]; sequence b reads and writes slot state_indices[b]
+ *     (negative: zeros in, no final state), in place when they are the same
+ *     tensor; slots cgdr_options_set_state_slot_stride apart.
+ *   checkpoint_states [sum over b of floor(len_b / every), Nv, ...] (f32 or
+ *     the state's dtype): the state after every `checkpoint_every` tokens of
+ *     each sequence (cgdr_options_set_checkpoint_every). */
+typedef struct cgdr_prefill_extra {
+  cgdr_tensor a, A_log, dt_bias;
+  cgdr_tensor state_indices;
+  cgdr_tensor checkpoint_states;
+} cgdr_prefill_extra;
+
+/* The serving tensors of a decode step (docs/SPEC.md 6d); zero-initialise.
+ * With query [N,K,Nk,Dk] (a token axis: value [N,K,Nv,Dv], beta/g/a
+ * [N,K,Nv], out [N,K,Nv,Dv], K <= 16) each sequence runs K tokens from slot
+ * state_indices[n], read once:
+ *   dst_indices [N,K] int32: the state after token j into pool slot
+ *     dst_indices[n,j] (negative: not written);
+ *   states [N*K,Nv,...] (the pool's dtype): or into row n*K+j of this dense
+ *     output; with neither, the state after the last token into slot
+ *     state_indices[n]. Bitwise equal to K single steps.
+ *   a, A_log, dt_bias: the gate, as for prefill. */
+typedef struct cgdr_decode_extra {
+  cgdr_tensor a, A_log, dt_bias;
+  cgdr_tensor dst_indices;
+  cgdr_tensor states;
+} cgdr_decode_extra;
+
 /* Opaque options. A NULL options pointer means all defaults: scale 1/sqrt(Dk),
  * no q/k l2norm, layout vk, all CPUs the process may use, no value checks. */
 typedef struct cgdr_options cgdr_options;
@@ -129,12 +167,27 @@ CGDR_EXPORT cgdr_status cgdr_options_set_v_step(cgdr_options* opt, int v_step);
 /* Dk bucket of the kernel: 0 = the plan decides (default); 64, 80, 96 or 128
  * (at least Dk, checked by the call) force that bucket; -1 the generic path. */
 CGDR_EXPORT cgdr_status cgdr_options_set_dk_bucket(cgdr_options* opt, int dk_bucket);
+/* Serving (docs/SPEC.md 6d). checkpoint_every: 0 (default, none) or the tokens
+ * between prefill checkpoints (cgdr_prefill_extra.checkpoint_states). */
+CGDR_EXPORT cgdr_status cgdr_options_set_checkpoint_every(cgdr_options* opt, int64_t checkpoint_every);
+/* Elements from one slot (first index) of a state tensor or pool to the next:
+ * 0 (default) dense, else at least Nv * Dk * Dv (checked by the call). */
+CGDR_EXPORT cgdr_status cgdr_options_set_state_slot_stride(cgdr_options* opt, int64_t stride);
+/* enable != 0: beta = sigmoid(the beta tensor), which holds the raw b. */
+CGDR_EXPORT cgdr_status cgdr_options_set_beta_sigmoid(cgdr_options* opt, int enable);
 
 /* Runs the prefill operator over the packed sequences of `args`. */
 CGDR_EXPORT cgdr_status cgdr_prefill(const cgdr_prefill_args* args, const cgdr_options* opt);
 
 /* One decode step: updates the referenced pool states in place, writes out. */
 CGDR_EXPORT cgdr_status cgdr_decode_step(const cgdr_decode_args* args, const cgdr_options* opt);
+
+/* cgdr_prefill and cgdr_decode_step with the serving tensors (extra == NULL:
+ * none, the plain calls). */
+CGDR_EXPORT cgdr_status cgdr_prefill_ex(const cgdr_prefill_args* args, const cgdr_prefill_extra* extra,
+                                        const cgdr_options* opt);
+CGDR_EXPORT cgdr_status cgdr_decode_ex(const cgdr_decode_args* args, const cgdr_decode_extra* extra,
+                                       const cgdr_options* opt);
 
 /* The message of the last failed call on this thread ("" after a success).
  * Valid until the next cgdr call on this thread. */

@@ -89,18 +89,34 @@ struct Options {
   int dk_bucket = 0;             // 0: planner decides; 64/80/96/128 force that bucket (>= Dk); -1 the generic path
   Precision precision = Precision::kAuto;  // products of the chunked formulations (C >= 16)
   Engine engine = Engine::kAuto;           // where the bf16 modes' products run
+  // Serving (docs/SPEC.md 6d).
+  int64_t checkpoint_every = 0;   // > 0: the state after every this many tokens of each sequence (Outputs::checkpoint_states)
+  int64_t state_slot_stride = 0;  // elements from one slot (first index) of a state tensor or pool to the next; 0: dense
+  bool use_beta_sigmoid = false;  // beta = sigmoid(the beta tensor): it holds the raw projection b
 };
 
 // The inputs of SPEC 2. Shapes: query/key [T,Nk,Dk], value [T,Nv,Dv],
 // beta [T,Nv], g [T,Nv] (optional), initial_state [B,Nv,Dv,Dk] or kv
 // (optional), seq_lens [B] int32.
+// Serving (docs/SPEC.md 6d), all optional:
+//   a [T,Nv], A_log [Nv], dt_bias [Nv]: the gate in the kernel,
+//     g = -exp(A_log) * softplus(a + dt_bias) (dt_bias absent: 0); not with g.
+//   state_indices [B] int32: initial_state and final_state are pools
+//     [P,Nv,...] and sequence b reads and writes slot state_indices[b]
+//     (negative: start from zeros and write no final state).
 struct Inputs {
   TensorView query, key, value, beta, g, initial_state, seq_lens;
+  TensorView a{}, A_log{}, dt_bias{};  // (default initialisers: aggregates of the fields above stay warning-free)
+  TensorView state_indices{};
 };
 // out [T,Nv,Dv] (dtype of query); final_state [B,Nv,...] (optional: absent
-// means the caller does not want it).
+// means the caller does not want it; a pool with state_indices);
+// checkpoint_states [sum over b of floor(len_b / checkpoint_every), Nv, ...]
+// (f32 or the state's dtype): the state after every checkpoint_every tokens
+// of each sequence, sequence after sequence (docs/SPEC.md 6d).
 struct Outputs {
   TensorView out, final_state;
+  TensorView checkpoint_states{};
 };
 
 enum class Code : uint8_t { kOk = 0, kInvalidArgument = 1, kResourceExhausted = 2, kInternal = 3 };
@@ -132,9 +148,18 @@ struct Problem {
   double scale = 0.0;               // resolved (never 0)
   Options options;
   std::vector<int64_t> seq_lens;    // copied from the int32 tensor
+  // Serving (docs/SPEC.md 6d).
+  bool has_gate = false;            // g from a, A_log, dt_bias in the kernel
+  std::vector<int32_t> state_slots; // state_indices copied (empty: state b is slot b)
+  int64_t slot_stride = 0;          // elements between state slots (Validate resolves 0 to Nv * Dk * Dv)
+  int64_t checkpoints = 0;          // rows of checkpoint_states
+  // The slot of sequence b's states: state_indices[b], or b without them.
+  int64_t Slot(int64_t b) const { return state_slots.empty() ? b : state_slots[static_cast<size_t>(b)]; }
+  int64_t SlotStride() const { return slot_stride > 0 ? slot_stride : Nv * Dk * Dv; }
 };
 
 constexpr int64_t kMaxHeadDim = 256;  // Dk and Dv (SPEC 5: generic path up to 256)
+constexpr int64_t kMaxDraftTokens = 16;  // tokens per sequence of a decode call's token axis (docs/SPEC.md 6d)
 
 // Checks every shape, dtype, pointer and (if asked) value of SPEC 3 and fills
 // `problem`. Writes nothing anywhere else.

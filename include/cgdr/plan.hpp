@@ -88,6 +88,7 @@ struct WorkItem {
   int64_t v_width = 0;
   int64_t token_begin = 0;  // first row of the sequence in T
   int64_t tokens = 0;       // sequence length
+  int64_t checkpoint_begin = 0;  // first row of the sequence's checkpoints in checkpoint_states (docs/SPEC.md 6d)
 };
 
 constexpr int64_t kMaxGroupItems = 64;
@@ -127,7 +128,8 @@ struct Plan {
 };
 
 // Whether sequence b gets work items: tokens to process, or a final state to
-// write (an empty sequence's final state is its initial state, SPEC 1).
+// write (an empty sequence's final state is its initial state, SPEC 1; a
+// sequence of a pool whose slot is negative writes none).
 CGDR_EXPORT bool SequenceHasWork(const Problem& problem, int64_t b);
 
 // Builds the plan from the problem (shapes and options only; no data).

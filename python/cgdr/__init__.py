@@ -65,13 +65,32 @@ def _int_option(name, value):
 
 
 def _prefill(q, k, v, beta, g, initial_state, seq_lens, out, final_state, scale, l2norm, layout, threads,
-             algo, check_values, precision="auto", engine="auto", v_step=0, dk_bucket=0):
-    """The one call into the native prefill; every tensor is already prepared."""
+             algo, check_values, precision="auto", engine="auto", v_step=0, dk_bucket=0, gate=None, beta_sigmoid=False,
+             state_indices=None, state_slot_stride=0, checkpoint_states=None, checkpoint_every=0):
+    """The one call into the native prefill; every tensor is already prepared.
+    gate: None or (a, A_log, dt_bias), the gate in the kernel (docs/SPEC.md 6d)."""
+    a, a_log, dt_bias = gate if gate is not None else (None, None, None)
     _cgdr.prefill(_t.native("query", q), _t.native("key", k), _t.native("value", v), _t.native("beta", beta),
                   _t.native("g", g), _t.native("initial_state", initial_state), seq_lens, _t.native("out", out),
                   _t.native("final_state", final_state), scale, bool(l2norm), layout, threads, algo,
                   bool(check_values), _precision(precision), _engine(engine), _int_option("v_step", v_step),
-                  _int_option("dk_bucket", dk_bucket))
+                  _int_option("dk_bucket", dk_bucket), a=_t.native("a", a), A_log=_t.native("A_log", a_log),
+                  dt_bias=_t.native("dt_bias", dt_bias), use_beta_sigmoid=bool(beta_sigmoid), state_indices=state_indices,
+                  state_slot_stride=int(state_slot_stride),
+                  checkpoint_states=_t.native("checkpoint_states", checkpoint_states),
+                  checkpoint_every=int(checkpoint_every))
+
+
+def _gate_inputs(a, A_log, dt_bias):
+    """(a, A_log, dt_bias) ready for the native call, or None without a raw gate."""
+    if a is None:
+        if A_log is not None or dt_bias is not None:
+            raise ValueError("A_log: given without the raw gate a (pass a, or g without A_log/dt_bias)")
+        return None
+    if A_log is None:
+        raise ValueError("A_log: required with the raw gate a (g = -exp(A_log) * softplus(a + dt_bias))")
+    return tuple(None if x is None else _t.contiguous_input(n, x) for n, x in (("a", a), ("A_log", A_log),
+                                                                                 ("dt_bias", dt_bias)))
 
 
 def _final_state_buffers(kind, initial_state, shape, want_final, dtype):
@@ -104,12 +123,11 @@ def _cu_seqlens_to_lens(cu_seqlens, T):
 # fla's keyword arguments (fla.ops.gated_delta_rule.chunk_gated_delta_rule, 0.6)
 # for features cgdr does not have: what to do instead.
 _FLA_UNSUPPORTED = {
-    "use_gate_in_kernel": "cgdr takes the log decay g itself; compute g = -exp(A_log) * softplus(g + dt_bias) first",
-    "use_beta_sigmoid_in_kernel": "cgdr takes beta after the sigmoid; pass beta.sigmoid()",
     "allow_neg_eigval": "cgdr takes beta as given; pass 2 * beta.sigmoid() yourself",
     "cp_context": "context parallelism is not supported (one process computes every sequence)",
 }
-_FLA_IGNORED = ("chunk_size", "A_log", "dt_bias")  # a kernel tuning choice, and gate inputs unused when it is off
+_FLA_IGNORED = ("chunk_size",)  # a kernel tuning choice
+_FLA_GATE = ("use_gate_in_kernel", "A_log", "dt_bias")  # the gate in the kernel (docs/SPEC.md 6d), read from **kwargs
 
 
 def _fla_layout(state_v_first, state_layout, extra):
@@ -130,11 +148,10 @@ def _fla_layout(state_v_first, state_layout, extra):
     return state_layout
 
 
-def _check_fla_options(extra, use_beta_sigmoid_in_kernel, allow_neg_eigval, cp_context):
+def _check_fla_options(extra, allow_neg_eigval, cp_context):
     """Accepts fla's arguments at their defaults (and the tuning ones it
     ignores); rejects, naming the argument, those cgdr cannot honour."""
-    given = {"use_beta_sigmoid_in_kernel": use_beta_sigmoid_in_kernel, "allow_neg_eigval": allow_neg_eigval,
-             "cp_context": cp_context, "use_gate_in_kernel": extra.pop("use_gate_in_kernel", False)}
+    given = {"allow_neg_eigval": allow_neg_eigval, "cp_context": cp_context}
     for name, value in given.items():
         if value not in (None, False):
             raise ValueError(f"{name}: not supported by cgdr ({_FLA_UNSUPPORTED[name]}), got {value!r}")
@@ -169,11 +186,16 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
 
     The arguments up to cp_context are fla's (0.6), in fla's order, with its
     defaults; of fla's keyword-only ones chunk_size (16, 32, 64) is accepted
-    and left to cgdr's plan, A_log/dt_bias are ignored unless
-    use_gate_in_kernel, transpose_state_layout is state_v_first's old name.
-    chunk_indices (a hint derived from cu_seqlens) is ignored. Features cgdr
-    lacks (use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
-    cp_context, head_first) raise ValueError naming the argument.
+    and left to cgdr's plan, transpose_state_layout is state_v_first's old
+    name. chunk_indices (a hint derived from cu_seqlens) is ignored. Features
+    cgdr lacks (allow_neg_eigval, cp_context, head_first) raise ValueError
+    naming the argument.
+
+    The gate in the kernel (docs/SPEC.md 6d), as fla: use_gate_in_kernel=True
+    with A_log [HV] and dt_bias [HV] (optional) keywords: g holds the raw
+    gate a and the kernel uses -exp(A_log) * softplus(a + dt_bias) (A_log and
+    dt_bias are ignored without it); use_beta_sigmoid_in_kernel=True: beta
+    holds the raw b and the kernel uses sigmoid(b).
 
     q, k: [B, T, H, K]; v: [B, T, HV, V] (HV a multiple of H, grouped heads);
     beta: [B, T, HV]; g: [B, T, HV] log decays (<= 0), or None for no decay.
@@ -218,7 +240,10 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     tests and tuning, docs/SPEC.md 2.2).
     """
     layout = _fla_layout(state_v_first, state_layout, fla_kwargs)
-    _check_fla_options(fla_kwargs, use_beta_sigmoid_in_kernel, allow_neg_eigval, cp_context)
+    use_gate, A_log, dt_bias = (fla_kwargs.pop(n, d) for n, d in zip(_FLA_GATE, (False, None, None)))
+    _check_fla_options(fla_kwargs, allow_neg_eigval, cp_context)
+    if use_gate and g is None:
+        raise ValueError("g: use_gate_in_kernel=True needs the raw gate in g, got None")
     _same_offsets(cu_seqlens, cu_seqlens_cpu)
     kind = _t.common_kind(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state)
     _t.check_rank("q", q, 4, "[B, T, H, K]")
@@ -267,16 +292,19 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     def packed(x):  # [B, T, ...] -> [B*T, ...]: a view of a contiguous tensor; its own trailing dims
         return None if x is None else x.reshape((B * T,) + tuple(x.shape[2:]))
 
-    _prefill(packed(qc), packed(kc), packed(vc), packed(bc), packed(gc), init_arg, seq_lens, packed(o), final,
-             _scale(scale), use_qk_l2norm_in_kernel, layout, _threads(threads), _algo(algo), check_values,
-             _precision(precision), _engine(engine), v_step, dk_bucket)
+    gate = _gate_inputs(packed(gc), A_log, dt_bias) if use_gate else None
+    _prefill(packed(qc), packed(kc), packed(vc), packed(bc), None if use_gate else packed(gc), init_arg, seq_lens,
+             packed(o), final, _scale(scale), use_qk_l2norm_in_kernel, layout, _threads(threads), _algo(algo),
+             check_values, _precision(precision), _engine(engine), v_step, dk_bucket, gate=gate,
+             beta_sigmoid=use_beta_sigmoid_in_kernel)
     return o, final
 
 
 def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens, g=None, scale=None,
                                use_qk_l2norm_in_kernel=False, state_layout="vk", threads=None,
                                output_final_state=True, algo="auto", check_values=False, precision="auto",
-                               engine="auto", v_step=0, dk_bucket=0):
+                               engine="auto", v_step=0, dk_bucket=0, *, a=None, A_log=None, dt_bias=None,
+                               use_beta_sigmoid=False, state_indices=None, state_slot_stride=0, checkpoint_every=0):
     """The operator in its packed form (the seeds' signature, SPEC 2).
 
     query, key: [T, Nk, Dk]; value: [T, Nv, Dv]; beta: [T, Nv] (these four in
@@ -291,6 +319,18 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
     (default True).
     scale, use_qk_l2norm_in_kernel, threads, algo, precision, engine,
     check_values, v_step, dk_bucket: as in chunk_gated_delta_rule.
+
+    Serving (docs/SPEC.md 6d), keyword-only:
+    a [T, Nv], A_log [Nv], dt_bias [Nv] (optional): the gate in the kernel,
+      g = -exp(A_log) * softplus(a + dt_bias), instead of g.
+    use_beta_sigmoid: beta holds the raw b; the kernel uses sigmoid(b).
+    state_indices: B ints; initial_state is then a pool [P, Nv, ...] (slots
+      state_slot_stride elements apart, 0: dense) read from and, with
+      output_final_state, written in place at slot state_indices[b] (negative:
+      zeros in, nothing written); final_state returned is the pool itself.
+    checkpoint_every > 0: also returns checkpoint_states (f32) [sum over b of
+      len_b // checkpoint_every, Nv, ...], the state after every
+      checkpoint_every tokens of each sequence: (out, final_state, checkpoints).
     """
     kind = _t.common_kind(query=query, key=key, value=value, beta=beta, g=g, initial_state=initial_state)
     _t.check_rank("query", query, 3, "[T, Nk, Dk]")
@@ -300,21 +340,41 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
     lens = _t.int32_vector("seq_lens", seq_lens)
     layout = _layout(state_layout)
     qd = _t.float_dtype_name("query", query)
-    init = _t.contiguous_input("initial_state", initial_state) if initial_state is not None else None
+    slots = _t.int32_vector("state_indices", state_indices) if state_indices is not None else None
+    state_dims = (Nv, Dk, Dv) if layout == "kv" else (Nv, Dv, Dk)
     final = None
-    if output_final_state:
-        fdt = _t.float_dtype_name("initial_state", init) if init is not None else qd
-        final = _t.empty(kind, (lens.shape[0], Nv, Dk, Dv) if layout == "kv" else (lens.shape[0], Nv, Dv, Dk), fdt)
+    if slots is not None:
+        if initial_state is None:
+            raise ValueError("initial_state: required with state_indices (the pool [P, Nv, ...] read and written)")
+        init = _t.check_writable("initial_state", initial_state) if output_final_state else \
+            _t.contiguous_input("initial_state", initial_state)
+        final = init if output_final_state else None
+    else:
+        init = _t.contiguous_input("initial_state", initial_state) if initial_state is not None else None
+        if output_final_state:
+            fdt = _t.float_dtype_name("initial_state", init) if init is not None else qd
+            final = _t.empty(kind, (lens.shape[0],) + state_dims, fdt)
+    checkpoints = None
+    if checkpoint_every:
+        if int(checkpoint_every) < 0:
+            raise ValueError(f"checkpoint_every: expected 0 (none) or a positive token count, got {checkpoint_every}")
+        rows = int((lens // int(checkpoint_every)).sum())
+        checkpoints = _t.empty(kind, (rows,) + state_dims, "f32")
     ins = [_t.contiguous_input(n, x) for n, x in (("query", query), ("key", key), ("value", value), ("beta", beta))]
     gc = _t.contiguous_input("g", g) if g is not None else None
     out = _t.empty(kind, (T, Nv, Dv), qd)
     _prefill(*ins, gc, init, lens, out, final, _scale(scale), use_qk_l2norm_in_kernel, layout,
-             _threads(threads), _algo(algo), check_values, _precision(precision), _engine(engine), v_step, dk_bucket)
-    return out, final
+             _threads(threads), _algo(algo), check_values, _precision(precision), _engine(engine), v_step, dk_bucket,
+             gate=_gate_inputs(a, A_log, dt_bias), beta_sigmoid=use_beta_sigmoid, state_indices=slots,
+             state_slot_stride=state_slot_stride, checkpoint_states=checkpoints,
+             checkpoint_every=checkpoint_every)
+    return (out, final) if checkpoints is None else (out, final, checkpoints)
 
 
 def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, scale=None,
-                   use_qk_l2norm_in_kernel=False, state_layout="kv", threads=None, out=None, check_values=False):
+                   use_qk_l2norm_in_kernel=False, state_layout="kv", threads=None, out=None, check_values=False,
+                   *, a=None, A_log=None, dt_bias=None, use_beta_sigmoid=False, dst_indices=None,
+                   output_states=False, state_slot_stride=0):
     """One decode step: a new token for each of N sequences.
 
     query, key: [N, Nk, Dk]; value: [N, Nv, Dv]; beta: [N, Nv] (these four in
@@ -334,22 +394,44 @@ def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, s
     before anything is written.
     scale, use_qk_l2norm_in_kernel, threads: as in chunk_gated_delta_rule.
     Returns out.
+
+    Verify (speculative decoding, docs/SPEC.md 6d): with query, key [N, K,
+    Nk, Dk], value [N, K, Nv, Dv], beta, g, a [N, K, Nv] (K <= 16), each
+    sequence runs K tokens from slot state_indices[n], read once; out is [N,
+    K, Nv, Dv]. dst_indices [N, K]: the state after token j into pool slot
+    dst_indices[n][j] (negative: not written); output_states=True instead
+    returns (out, states) with states [N * K, Nv, ...] in the pool's dtype;
+    with neither, the state after the last token goes back to its slot.
+    Bitwise equal to K single steps.
+    a [N, (K,) Nv], A_log [Nv], dt_bias [Nv]: the gate in the kernel instead
+    of g; use_beta_sigmoid: beta holds the raw b (keyword-only, as the rest).
+    state_slot_stride: elements between pool slots (0: dense).
     """
     kind = _t.common_kind(query=query, key=key, value=value, beta=beta, g=g, state_pool=state_pool, out=out)
-    _t.check_rank("query", query, 3, "[N, Nk, Dk]")
-    _t.check_rank("value", value, 3, "[N, Nv, Dv]")
-    N, Nv, Dv = value.shape
+    tokens = query.ndim == 4
+    _t.check_rank("query", query, 4 if tokens else 3, "[N, K, Nk, Dk]" if tokens else "[N, Nk, Dk]")
+    _t.check_rank("value", value, 4 if tokens else 3, "[N, K, Nv, Dv]" if tokens else "[N, Nv, Dv]")
+    N = value.shape[0]
     qd = _t.float_dtype_name("query", query)
-    _t.float_dtype_name("state_pool", state_pool)
+    pd = _t.float_dtype_name("state_pool", state_pool)
     pool = _t.check_writable("state_pool", state_pool)
     idx = _t.int32_vector("state_indices", state_indices)
+    dst = _t.int32_vector("dst_indices", dst_indices, ndim=2) if dst_indices is not None else None
     if out is None:
-        out = _t.empty(kind, (N, Nv, Dv), qd)
+        out = _t.empty(kind, tuple(value.shape), qd)
     else:
         _t.check_writable("out", out)
+    states = None
+    if output_states:
+        K = value.shape[1] if tokens else 1
+        states = _t.empty(kind, (N * K,) + tuple(state_pool.shape[1:]), pd)
     ins = [_t.contiguous_input(n, x) for n, x in (("query", query), ("key", key), ("value", value), ("beta", beta))]
     gc = _t.contiguous_input("g", g) if g is not None else None
+    gate = _gate_inputs(a, A_log, dt_bias) or (None, None, None)
     _cgdr.decode_step(*(_t.native(n, x) for n, x in zip(("query", "key", "value", "beta"), ins)), _t.native("g", gc),
                       _t.native("state_pool", pool), idx, _t.native("out", out), _scale(scale),
-                      bool(use_qk_l2norm_in_kernel), _layout(state_layout), _threads(threads), bool(check_values))
-    return out
+                      bool(use_qk_l2norm_in_kernel), _layout(state_layout), _threads(threads), bool(check_values),
+                      a=_t.native("a", gate[0]), A_log=_t.native("A_log", gate[1]),
+                      dt_bias=_t.native("dt_bias", gate[2]), use_beta_sigmoid=bool(use_beta_sigmoid), dst_indices=dst,
+                      states=_t.native("states", states), state_slot_stride=int(state_slot_stride))
+    return out if states is None else (out, states)

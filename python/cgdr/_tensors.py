@@ -124,17 +124,17 @@ def zeros(kind, shape, dtype):
     return out
 
 
-def int32_vector(name, x):
-    """x (list, numpy or torch integers) as a 1-D C-contiguous int32 numpy array."""
+def int32_vector(name, x, ndim=1):
+    """x (list, numpy or torch integers) as an ndim-D (1-D by default) C-contiguous int32 numpy array."""
     if is_torch(x):
         if x.device.type != "cpu":
             raise TypeError(f"{name}: expected a CPU tensor, got device {x.device}")
         x = x.detach().numpy()
     arr = np.asarray(x)
-    if arr.ndim != 1:
-        raise ValueError(f"{name}: expected a 1-D sequence of integers, got shape {list(arr.shape)}")
+    if arr.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-D sequence of integers, got shape {list(arr.shape)}")
     if arr.size == 0:
-        return np.zeros(0, dtype=np.int32)
+        return np.zeros(arr.shape, dtype=np.int32)
     if not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name}: expected integers, got dtype {arr.dtype}")
     if arr.dtype != np.int32:

@@ -125,9 +125,16 @@ void Prefill(const py::object& query, const py::object& key, const py::object& v
              const py::object& g, const py::object& initial_state, const py::object& seq_lens, const py::object& out,
              const py::object& final_state, double scale, bool use_qk_l2norm, const std::string& state_layout,
              int threads, const std::string& algo, bool check_values, const std::string& precision,
-             const std::string& engine, int v_step, int dk_bucket) {
+             const std::string& engine, int v_step, int dk_bucket, const py::object& a, const py::object& A_log,
+             const py::object& dt_bias, bool use_beta_sigmoid, const py::object& state_indices, int64_t state_slot_stride,
+             const py::object& checkpoint_states, int64_t checkpoint_every) {
   cgdr::Inputs in;
   cgdr::Outputs o;
+  in.a = ToView("a", a);
+  in.A_log = ToView("A_log", A_log);
+  in.dt_bias = ToView("dt_bias", dt_bias);
+  in.state_indices = ToView("state_indices", state_indices);
+  o.checkpoint_states = ToView("checkpoint_states", checkpoint_states, true);
   in.query = ToView("query", query);
   in.key = ToView("key", key);
   in.value = ToView("value", value);
@@ -137,8 +144,11 @@ void Prefill(const py::object& query, const py::object& key, const py::object& v
   in.seq_lens = ToView("seq_lens", seq_lens);
   o.out = ToView("out", out, true);
   o.final_state = ToView("final_state", final_state, true);
-  const cgdr::Options opt =
+  cgdr::Options opt =
       MakeOptions(scale, use_qk_l2norm, state_layout, threads, algo, check_values, precision, engine, v_step, dk_bucket);
+  opt.use_beta_sigmoid = use_beta_sigmoid;
+  opt.state_slot_stride = state_slot_stride;
+  opt.checkpoint_every = checkpoint_every;
   cgdr::Status s;
   {
     py::gil_scoped_release release;  // the arguments above keep every buffer alive
@@ -149,9 +159,16 @@ void Prefill(const py::object& query, const py::object& key, const py::object& v
 
 void Decode(const py::object& query, const py::object& key, const py::object& value, const py::object& beta,
             const py::object& g, const py::object& state_pool, const py::object& state_indices, const py::object& out,
-            double scale, bool use_qk_l2norm, const std::string& state_layout, int threads, bool check_values) {
+            double scale, bool use_qk_l2norm, const std::string& state_layout, int threads, bool check_values,
+            const py::object& a, const py::object& A_log, const py::object& dt_bias, bool use_beta_sigmoid,
+            const py::object& dst_indices, const py::object& states, int64_t state_slot_stride) {
   cgdr::DecodeInputs in;
   cgdr::DecodeOutputs o;
+  in.a = ToView("a", a);
+  in.A_log = ToView("A_log", A_log);
+  in.dt_bias = ToView("dt_bias", dt_bias);
+  in.dst_indices = ToView("dst_indices", dst_indices);
+  o.states = ToView("states", states, true);
   in.query = ToView("query", query);
   in.key = ToView("key", key);
   in.value = ToView("value", value);
@@ -160,7 +177,9 @@ void Decode(const py::object& query, const py::object& key, const py::object& va
   in.state_pool = ToView("state_pool", state_pool, true);
   in.state_indices = ToView("state_indices", state_indices);
   o.out = ToView("out", out, true);
-  const cgdr::Options opt = MakeOptions(scale, use_qk_l2norm, state_layout, threads, "auto", check_values);
+  cgdr::Options opt = MakeOptions(scale, use_qk_l2norm, state_layout, threads, "auto", check_values);
+  opt.use_beta_sigmoid = use_beta_sigmoid;
+  opt.state_slot_stride = state_slot_stride;
   cgdr::Status s;
   {
     py::gil_scoped_release release;
@@ -256,12 +275,17 @@ PYBIND11_MODULE(_cgdr, m) {
         py::arg("initial_state"), py::arg("seq_lens"), py::arg("out"), py::arg("final_state"), py::arg("scale"),
         py::arg("use_qk_l2norm"), py::arg("state_layout"), py::arg("threads"), py::arg("algo"),
         py::arg("check_values"), py::arg("precision") = "auto", py::arg("engine") = "auto", py::arg("v_step") = 0,
-        py::arg("dk_bucket") = 0,
-        "Runs cgdr::Run on packed TND tensors (see SPEC 2); writes out and final_state in place.");
+        py::arg("dk_bucket") = 0, py::arg("a") = py::none(), py::arg("A_log") = py::none(),
+        py::arg("dt_bias") = py::none(), py::arg("use_beta_sigmoid") = false, py::arg("state_indices") = py::none(),
+        py::arg("state_slot_stride") = 0, py::arg("checkpoint_states") = py::none(), py::arg("checkpoint_every") = 0,
+        "Runs cgdr::Run on packed TND tensors (see SPEC 2, 6d); writes out, final_state and checkpoint_states in "
+        "place.");
   m.def("decode_step", &Decode, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
         py::arg("state_pool"), py::arg("state_indices"), py::arg("out"), py::arg("scale"), py::arg("use_qk_l2norm"),
-        py::arg("state_layout"), py::arg("threads"), py::arg("check_values"),
-        "Runs cgdr::DecodeStep; updates state_pool in place and writes out.");
+        py::arg("state_layout"), py::arg("threads"), py::arg("check_values"), py::arg("a") = py::none(),
+        py::arg("A_log") = py::none(), py::arg("dt_bias") = py::none(), py::arg("use_beta_sigmoid") = false,
+        py::arg("dst_indices") = py::none(), py::arg("states") = py::none(), py::arg("state_slot_stride") = 0,
+        "Runs cgdr::DecodeStep (a token axis: SPEC 6d); updates state_pool in place and writes out and states.");
   m.def("active_target", &cgdr::ActiveTarget, "The SIMD target dispatch uses (AVX3, AVX2, SSE4, ...).");
   m.def("golden", &Golden, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
         py::arg("initial_state"), py::arg("seq_lens"), py::arg("golden"), py::arg("benchmark"), py::arg("actual"),

@@ -261,7 +261,7 @@ ENTRIES = {
     "fla": Prefill("chunk_gated_delta_rule", cgdr.chunk_gated_delta_rule, ["q", "k", "v", "beta"], ("numpy", "torch"),
                    {"initial_state": GIVEN, "output_final_state": True, "cu_seqlens": GIVEN}, fla_meaning,
                    final_dtype=state_dtype_or("f32"),
-                   kwargs_names=sorted(cgdr._FLA_UNSUPPORTED) + sorted(cgdr._FLA_IGNORED) + ["transpose_state_layout",
+                   kwargs_names=sorted(cgdr._FLA_UNSUPPORTED) + sorted(cgdr._FLA_IGNORED) + sorted(cgdr._FLA_GATE) + ["transpose_state_layout",
                                                                                                "head_first"]),
     "step": Step("recurrent_step", cgdr.recurrent_step, ["query", "key", "value", "beta", "state_pool", "state_indices"],
                  ("numpy", "torch"), {"g": GIVEN}, step_meaning),
@@ -320,7 +320,15 @@ COMMON_ROWS = [Row("scale", 0.37, DIFFERS), Row("scale", -0.5), Row("scale", Non
 ROWS = {
     "tnd": COMMON_ROWS + NATIVE_OPTION_ROWS + [
         Row("state_layout", "kv", REF), Row("state_layout", "xy", Err(r"state_layout: expected 'kv'")),
-        Row("g", None, REF), Row("output_final_state", False, REF)],
+        Row("g", None, REF), Row("output_final_state", False, REF),
+        # Serving (docs/SPEC.md 6d): their meaning is held by python/tests/test_serving.py; here each reaches its check.
+        Row("a", AN_ARRAY, Err(r"A_log: required with the raw gate a")),
+        Row("A_log", AN_ARRAY, Err(r"A_log: given without the raw gate a")),
+        Row("dt_bias", AN_ARRAY, Err(r"A_log: given without the raw gate a")),
+        Row("use_beta_sigmoid", False, SAME),
+        Row("state_indices", [0, 0, 1], Err(r"state_indices: expected distinct non-negative indices")),
+        Row("state_slot_stride", 1, Err(r"options\.state_slot_stride: expected 0 \(dense\) or")),
+        Row("checkpoint_every", -1, Err(r"checkpoint_every: expected 0 \(none\) or a positive token count, got -1"))],
     "fla": COMMON_ROWS + NATIVE_OPTION_ROWS + [
         Row("g", None, REF), Row("output_final_state", False, REF),
         Row("state_v_first", True, REF), Row("state_layout", "vk", REF),
@@ -331,10 +339,10 @@ ROWS = {
                                              rf"got {sum(LENS) + by}")) for by in (-1, 1)],
         Row("cu_seqlens_cpu", SAME_OFFSETS, SAME), Row("cu_seqlens_cpu", OTHER_OFFSETS, Err(r"cu_seqlens_cpu: expected the same")),
         Row("chunk_indices", AN_ARRAY, SAME),
-        Row("use_beta_sigmoid_in_kernel", True, Err(r"use_beta_sigmoid_in_kernel: not supported by cgdr")),
+        Row("use_beta_sigmoid_in_kernel", False, SAME),  # True: python/tests/test_serving.py (the FP64 gate)
         Row("allow_neg_eigval", True, Err(r"allow_neg_eigval: not supported by cgdr")),
         Row("cp_context", object(), Err(r"cp_context: not supported by cgdr")),
-        Row("use_gate_in_kernel", True, Err(r"use_gate_in_kernel: not supported by cgdr")),
+        Row("use_gate_in_kernel", True, Err(r"A_log: required with the raw gate a")),
         Row("head_first", False, Err(r"head_first: removed from fla")),
         Row("chunk_size", 16, SAME), Row("chunk_size", 128, Err(r"chunk_size: expected 16, 32 or 64")),
         Row("A_log", AN_ARRAY, SAME), Row("dt_bias", AN_ARRAY, SAME)],
@@ -343,7 +351,14 @@ ROWS = {
              Row("threads", 1, SAME), Row("threads", 4096, SAME),
              Row("threads", 4097, Err(r"threads: expected None \(all cores\) or an int in \[1, 4096\], got 4097")),
              Row("check_values", True, SAME),
-             Row("check_values", True, Err(r"value: non-finite value nan at index \[1, 1, 3\]"), plant="nan_value")],
+             Row("check_values", True, Err(r"value: non-finite value nan at index \[1, 1, 3\]"), plant="nan_value"),
+             # Serving (docs/SPEC.md 6d), held to their meaning by python/tests/test_serving.py.
+             Row("a", AN_ARRAY, Err(r"A_log: required with the raw gate a")),
+             Row("A_log", AN_ARRAY, Err(r"A_log: given without the raw gate a")),
+             Row("dt_bias", AN_ARRAY, Err(r"A_log: given without the raw gate a")),
+             Row("use_beta_sigmoid", False, SAME), Row("output_states", False, SAME),
+             Row("dst_indices", [0, 1, 2], Err(r"dst_indices: expected a 2-D sequence of integers")),
+             Row("state_slot_stride", 1, Err(r"options\.state_slot_stride: expected 0 \(dense\) or"))],
     "torch.chunk": [Row("scale", 0.37, DIFFERS), Row("initial_state", None, REF), Row("output_final_state", False, REF),
                     Row("use_qk_l2norm_in_kernel", True, REF), Row("state_v_first", True, REF), Row("g", None, REF),
                     Row("cu_seqlens", None, REF)],
@@ -455,6 +470,8 @@ def options_fields():
 
 # The public name of each option where it differs from the C++ field's.
 PUBLIC_NAME = {"use_qk_l2norm": "use_qk_l2norm_in_kernel"}
+# Serving options fla's signature has no name for: chunk_gated_delta_rule_tnd takes them (docs/SPEC.md 6d).
+SERVING_NOT_IN_FLA = {"checkpoint_every", "state_slot_stride"}
 
 
 @pytest.mark.parametrize("ep", ["tnd", "fla"])
@@ -468,8 +485,11 @@ def test_every_cpp_option_reaches_python(ep):
     params = inspect.signature(ENTRIES[ep].fn).parameters
     for name in fields:
         assert re.search(rf"\b{name}: ", native), f"_cgdr.prefill has no argument {name}"
+        if ep == "fla" and name in SERVING_NOT_IN_FLA:
+            continue
         public = PUBLIC_NAME.get(name, name)
-        assert public in params or (name == "state_layout" and "state_v_first" in params), \
+        assert public in params or f"{public}_in_kernel" in params or (
+            name == "state_layout" and "state_v_first" in params), \
             f"{ENTRIES[ep].name} has no parameter for Options::{name}"
 
 

@@ -55,8 +55,7 @@ def test_tuning_keywords_are_accepted():
 
 
 @pytest.mark.parametrize("extra,message", [
-    ({"use_gate_in_kernel": True}, r"use_gate_in_kernel: not supported by cgdr \(cgdr takes the log decay g"),
-    ({"use_beta_sigmoid_in_kernel": True}, r"use_beta_sigmoid_in_kernel: not supported by cgdr \(.*beta.sigmoid\(\)"),
+    ({"use_gate_in_kernel": True}, r"A_log: required with the raw gate a"),
     ({"allow_neg_eigval": True}, r"allow_neg_eigval: not supported by cgdr"),
     ({"cp_context": object()}, r"cp_context: not supported by cgdr \(context parallelism"),
     ({"head_first": False}, r"head_first: removed from fla and not supported"),

@@ -23,7 +23,7 @@ namespace {
 // in tests/c_api_parity_test.cc, and its name here.
 [[maybe_unused]] void EveryOptionHasACSetter(const cgdr::Options& o) {
   [[maybe_unused]] const auto& [scale, use_qk_l2norm, state_layout, algo, threads, check_values, v_step, dk_bucket,
-                                precision, engine] = o;
+                                precision, engine, checkpoint_every, state_slot_stride, use_beta_sigmoid] = o;
 }
 
 thread_local std::string g_last_error;
@@ -223,7 +223,33 @@ cgdr_status cgdr_options_set_dk_bucket(cgdr_options* opt, int dk_bucket) {
   }
 }
 
-cgdr_status cgdr_prefill(const cgdr_prefill_args* args, const cgdr_options* opt) {
+cgdr_status cgdr_options_set_checkpoint_every(cgdr_options* opt, int64_t checkpoint_every) {
+  if (!opt) return NullHandle("cgdr_options_set_checkpoint_every");
+  if (checkpoint_every < 0) {
+    return Fail(CGDR_INVALID_ARGUMENT, "cgdr_options_set_checkpoint_every: expected 0 (none) or a positive token count, got " +
+                                           std::to_string(checkpoint_every));
+  }
+  opt->options.checkpoint_every = checkpoint_every;
+  return CGDR_OK;
+}
+
+cgdr_status cgdr_options_set_state_slot_stride(cgdr_options* opt, int64_t stride) {
+  if (!opt) return NullHandle("cgdr_options_set_state_slot_stride");
+  if (stride < 0) {
+    return Fail(CGDR_INVALID_ARGUMENT, "cgdr_options_set_state_slot_stride: expected 0 (dense) or a positive element count, got " +
+                                           std::to_string(stride));
+  }
+  opt->options.state_slot_stride = stride;  // against Nv * Dk * Dv: checked by the call, which knows them
+  return CGDR_OK;
+}
+
+cgdr_status cgdr_options_set_beta_sigmoid(cgdr_options* opt, int enable) {
+  if (!opt) return NullHandle("cgdr_options_set_beta_sigmoid");
+  opt->options.use_beta_sigmoid = enable != 0;
+  return CGDR_OK;
+}
+
+cgdr_status cgdr_prefill_ex(const cgdr_prefill_args* args, const cgdr_prefill_extra* extra, const cgdr_options* opt) {
   if (!args) return Fail(CGDR_INVALID_ARGUMENT, "cgdr_prefill: args pointer is NULL");
   return Guard([&]() -> cgdr::Status {
     cgdr::Inputs in;
@@ -237,11 +263,22 @@ cgdr_status cgdr_prefill(const cgdr_prefill_args* args, const cgdr_options* opt)
     CGDR_C_TRY(ToView("seq_lens", args->seq_lens, &in.seq_lens));
     CGDR_C_TRY(ToView("out", args->out, &out.out));
     CGDR_C_TRY(ToView("final_state", args->final_state, &out.final_state));
+    if (extra) {
+      CGDR_C_TRY(ToView("a", extra->a, &in.a));
+      CGDR_C_TRY(ToView("A_log", extra->A_log, &in.A_log));
+      CGDR_C_TRY(ToView("dt_bias", extra->dt_bias, &in.dt_bias));
+      CGDR_C_TRY(ToView("state_indices", extra->state_indices, &in.state_indices));
+      CGDR_C_TRY(ToView("checkpoint_states", extra->checkpoint_states, &out.checkpoint_states));
+    }
     return cgdr::Run(in, out, OptionsOf(opt));
   });
 }
 
-cgdr_status cgdr_decode_step(const cgdr_decode_args* args, const cgdr_options* opt) {
+cgdr_status cgdr_prefill(const cgdr_prefill_args* args, const cgdr_options* opt) {
+  return cgdr_prefill_ex(args, nullptr, opt);
+}
+
+cgdr_status cgdr_decode_ex(const cgdr_decode_args* args, const cgdr_decode_extra* extra, const cgdr_options* opt) {
   if (!args) return Fail(CGDR_INVALID_ARGUMENT, "cgdr_decode_step: args pointer is NULL");
   return Guard([&]() -> cgdr::Status {
     cgdr::DecodeInputs in;
@@ -254,8 +291,19 @@ cgdr_status cgdr_decode_step(const cgdr_decode_args* args, const cgdr_options* o
     CGDR_C_TRY(ToView("state_pool", args->state_pool, &in.state_pool));
     CGDR_C_TRY(ToView("state_indices", args->state_indices, &in.state_indices));
     CGDR_C_TRY(ToView("out", args->out, &out.out));
+    if (extra) {
+      CGDR_C_TRY(ToView("a", extra->a, &in.a));
+      CGDR_C_TRY(ToView("A_log", extra->A_log, &in.A_log));
+      CGDR_C_TRY(ToView("dt_bias", extra->dt_bias, &in.dt_bias));
+      CGDR_C_TRY(ToView("dst_indices", extra->dst_indices, &in.dst_indices));
+      CGDR_C_TRY(ToView("states", extra->states, &out.states));
+    }
     return cgdr::DecodeStep(in, out, OptionsOf(opt));
   });
+}
+
+cgdr_status cgdr_decode_step(const cgdr_decode_args* args, const cgdr_options* opt) {
+  return cgdr_decode_ex(args, nullptr, opt);
 }
 
 const char* cgdr_last_error(void) { return g_last_error.c_str(); }

@@ -60,8 +60,12 @@ Case MakeCase(const CaseSpec& spec) {
   FillRows(c.query, spec.dtype, T * spec.Nk, spec.Dk, !spec.use_qk_l2norm, rng);
   FillRows(c.key, spec.dtype, T * spec.Nk, spec.Dk, !spec.use_qk_l2norm, rng);
   FillRows(c.value, spec.dtype, T * spec.Nv, spec.Dv, false, rng);
-  FillUniform(c.beta, spec.dtype, T * spec.Nv, 0.05, 0.95, rng);
-  if (spec.has_g) {
+  if (spec.beta_sigmoid) {
+    FillUniform(c.beta, spec.dtype, T * spec.Nv, -3.0, 3.0, rng);
+  } else {
+    FillUniform(c.beta, spec.dtype, T * spec.Nv, 0.05, 0.95, rng);
+  }
+  if (spec.has_g && !spec.raw_gate) {
     c.g = Alloc(T * spec.Nv, spec.g_dtype);
     FillUniform(c.g, spec.g_dtype, T * spec.Nv, spec.g_min, spec.g_max, rng);
   }
@@ -69,6 +73,14 @@ Case MakeCase(const CaseSpec& spec) {
   if (spec.has_initial_state) {
     c.initial_state = Alloc(state_n, spec.state_dtype);
     FillUniform(c.initial_state, spec.state_dtype, state_n, -0.5, 0.5, rng);
+  }
+  if (spec.raw_gate) {  // drawn last: the other tensors are those of the same spec without it
+    c.a = Alloc(T * spec.Nv, spec.g_dtype);
+    c.A_log = Alloc(spec.Nv, DType::kF32);
+    c.dt_bias = Alloc(spec.Nv, DType::kF32);
+    FillUniform(c.a, spec.g_dtype, T * spec.Nv, -3.0, 0.5, rng);
+    FillUniform(c.A_log, DType::kF32, spec.Nv, -1.0, 0.5, rng);
+    FillUniform(c.dt_bias, DType::kF32, spec.Nv, -1.0, 0.0, rng);
   }
   c.out = Alloc(T * spec.Nv * spec.Dv, spec.dtype);
   if (spec.want_final_state) c.final_state = Alloc(state_n, spec.has_initial_state ? spec.state_dtype : spec.dtype);
@@ -83,7 +95,12 @@ Inputs Case::inputs() {
   in.key = TensorView(key.data(), s.dtype, {T, s.Nk, s.Dk});
   in.value = TensorView(value.data(), s.dtype, {T, s.Nv, s.Dv});
   in.beta = TensorView(beta.data(), s.dtype, {T, s.Nv});
-  if (s.has_g) in.g = TensorView(g.data(), s.g_dtype, {T, s.Nv});
+  if (s.has_g && !s.raw_gate) in.g = TensorView(g.data(), s.g_dtype, {T, s.Nv});
+  if (s.raw_gate) {
+    in.a = TensorView(a.data(), s.g_dtype, {T, s.Nv});
+    in.A_log = TensorView(A_log.data(), DType::kF32, {s.Nv});
+    in.dt_bias = TensorView(dt_bias.data(), DType::kF32, {s.Nv});
+  }
   const bool kv = s.layout == StateLayout::kKV;
   const std::vector<int64_t> sshape{B, s.Nv, kv ? s.Dk : s.Dv, kv ? s.Dv : s.Dk};
   if (s.has_initial_state) in.initial_state = TensorView(initial_state.data(), s.state_dtype, sshape);
@@ -91,7 +108,8 @@ Inputs Case::inputs() {
   // Empty vectors have null data(): give zero-size tensors a non-null pointer.
   static uint8_t empty_sentinel[16];
   for (TensorView* t : {&in.query, &in.key, &in.value, &in.beta}) if (!t->data) t->data = empty_sentinel;
-  if (s.has_g && !in.g.data) in.g.data = empty_sentinel;
+  if (s.has_g && !s.raw_gate && !in.g.data) in.g.data = empty_sentinel;
+  if (s.raw_gate && !in.a.data) in.a.data = empty_sentinel;
   return in;
 }
 
@@ -114,6 +132,7 @@ Options Case::options() const {
   o.scale = spec.scale;
   o.state_layout = spec.layout;
   o.use_qk_l2norm = spec.use_qk_l2norm;
+  o.use_beta_sigmoid = spec.beta_sigmoid;
   return o;
 }
 

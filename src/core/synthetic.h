@@ -26,6 +26,11 @@ struct CaseSpec {
   float g_min = -0.3f;         // g drawn uniformly in [g_min, g_max]
   float g_max = 0.0f;
   uint64_t seed = 1;
+  // Serving (docs/SPEC.md 6d): the raw gate instead of g (a [T, Nv] of
+  // g_dtype, A_log and dt_bias [Nv] f32, g = -exp(A_log) softplus(a +
+  // dt_bias) in [-1.6, 0]), and beta as raw logits b in [-3, 3].
+  bool raw_gate = false;
+  bool beta_sigmoid = false;
 };
 
 // Storage on 64-byte lines, as torch and most allocators of large tensors
@@ -49,11 +54,12 @@ struct Case {
   CaseSpec spec;
   int64_t T = 0;
   Bytes query, key, value, beta, g, initial_state, out, final_state;
+  Bytes a, A_log, dt_bias;  // spec.raw_gate
   std::vector<int32_t> seq_lens;
 
   Inputs inputs();     // views into the buffers above
   Outputs outputs();
-  Options options() const;  // scale, layout, l2norm from the spec
+  Options options() const;  // scale, layout, l2norm, beta sigmoid from the spec
 };
 
 Case MakeCase(const CaseSpec& spec);

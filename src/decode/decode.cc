@@ -13,6 +13,14 @@
 // bandwidth through one).
 // Threads take (sequence, head) items; each item's arithmetic is sequential
 // and independent of the others, so results do not depend on the thread count.
+//
+// With a token axis (docs/SPEC.md 6d: speculative decoding's verify), an item
+// runs K tokens on its state read once from the pool: the state lives in a
+// per-thread carry buffer in the pool's dtype between tokens (so each token
+// is bit for bit a single step, rounding included), and after token j it is
+// copied out to its destination with streaming stores. Layout vk runs the K
+// tokens on one block of rows at a time (rows are independent), so the block
+// stays in L1; layout kv runs them on the whole head in L2.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "decode/decode.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -21,9 +29,12 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cgdr/cgdr.hpp"
 #include "core/dtype.h"
 #include "core/l2norm.h"
+#include "decode/head_tokens.h"
 #include "hwy/cache_control.h"
+#include "kernels/gate-inl.h"
 #include "kernels/load-inl.h"
 
 // Prefetch distance in bytes (a tuning knob: -DCGDR_DECODE_PREFETCH=0 turns it off).
@@ -60,16 +71,22 @@ using PoolElem = std::conditional_t<kT == DType::kF32, float, uint16_t>;
 // Rows [j0, j0 + R) of a head in layout vk, R rows interleaved so their
 // independent dot products and reductions overlap (a single row's chain of
 // dot -> reduce -> update -> dot -> reduce is latency-bound).
+// The rows are read from `src` and the updated rows written to `dst`: the
+// same head (in place) or another one.
 template <DType kT, int R>
-HWY_INLINE void StepRowsVK(PoolElem<kT>* HWY_RESTRICT S, int64_t j0, int64_t Dk, const float* HWY_RESTRICT q,
-                           const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, float beta, float a, float scale,
-                           float* HWY_RESTRICT o) {
+HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j0, int64_t Dk,
+                           const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
+                           float beta, float a, float scale, float* HWY_RESTRICT o) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t full = Dk - Dk % L;  // vector part; the rest is a scalar tail
   const auto va = hn::Set(d, a);
-  PoolElem<kT>* HWY_RESTRICT row[R];
-  for (int r = 0; r < R; ++r) row[r] = S + (j0 + r) * Dk;
+  const PoolElem<kT>* row[R];
+  PoolElem<kT>* out_row[R];
+  for (int r = 0; r < R; ++r) {
+    row[r] = src + (j0 + r) * Dk;
+    out_row[r] = dst + (j0 + r) * Dk;
+  }
   PrefetchAhead(row[0], R * Dk * kDTypeBytes<kT>);
   // u = beta (v - (a S)^T k)
   hn::Vec<decltype(d)> acc[R];
@@ -95,7 +112,7 @@ HWY_INLINE void StepRowsVK(PoolElem<kT>* HWY_RESTRICT S, int64_t j0, int64_t Dk,
     const auto vq = hn::Load(d, q + i);
     for (int r = 0; r < R; ++r) {
       const auto s = hn::MulAdd(vk, vu[r], hn::Mul(va, LoadVectorAs<kT>(d, row[r], i)));
-      StoreVectorAs<kT>(d, s, row[r], i);
+      StoreVectorAs<kT>(d, s, out_row[r], i);
       acc[r] = hn::MulAdd(s, vq, acc[r]);
     }
   }
@@ -103,7 +120,7 @@ HWY_INLINE void StepRowsVK(PoolElem<kT>* HWY_RESTRICT S, int64_t j0, int64_t Dk,
     float oq = hn::GetLane(hn::SumOfLanes(d, acc[r]));
     for (int64_t i = full; i < Dk; ++i) {
       const float s = k[i] * u[r] + a * LoadElementAs<kT>(row[r], i);
-      StoreElementAs<kT>(row[r], i, s);
+      StoreElementAs<kT>(out_row[r], i, s);
       oq += s * q[i];
     }
     o[j0 + r] = scale * oq;
@@ -141,17 +158,19 @@ HWY_INLINE void AccumulateRowsKV(const PoolElem<kT>* HWY_RESTRICT S, int64_t i0,
 // acc += q_i S_i. It reads the head from L2, so it also prefetches the next
 // head (same sequence, usually this thread's next item) meanwhile.
 template <DType kT, int R>
-HWY_INLINE void UpdateRowsKV(PoolElem<kT>* HWY_RESTRICT S, int64_t i0, int64_t Dk, int64_t Dv,
+HWY_INLINE void UpdateRowsKV(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t i0, int64_t Dk, int64_t Dv,
                              const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT u,
                              float a, float* HWY_RESTRICT acc) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t full = Dv - Dv % L;
   const auto va = hn::Set(d, a);
-  PoolElem<kT>* HWY_RESTRICT row[R];
+  const PoolElem<kT>* row[R];
+  PoolElem<kT>* out_row[R];
   hn::Vec<decltype(d)> vk[R], vq[R];
   for (int r = 0; r < R; ++r) {
-    row[r] = S + (i0 + r) * Dv;
+    row[r] = src + (i0 + r) * Dv;
+    out_row[r] = dst + (i0 + r) * Dv;
     PrefetchAhead(row[r], Dv * kDTypeBytes<kT>, Dk * Dv * kDTypeBytes<kT>);
     vk[r] = hn::Set(d, k[i0 + r]);
     vq[r] = hn::Set(d, q[i0 + r]);
@@ -161,7 +180,7 @@ HWY_INLINE void UpdateRowsKV(PoolElem<kT>* HWY_RESTRICT S, int64_t i0, int64_t D
     auto x = hn::Load(d, acc + j);
     for (int r = 0; r < R; ++r) {
       const auto s = hn::MulAdd(vk[r], vu, hn::Mul(va, LoadVectorAs<kT>(d, row[r], j)));
-      StoreVectorAs<kT>(d, s, row[r], j);
+      StoreVectorAs<kT>(d, s, out_row[r], j);
       x = hn::MulAdd(vq[r], s, x);
     }
     hn::Store(x, d, acc + j);
@@ -169,41 +188,41 @@ HWY_INLINE void UpdateRowsKV(PoolElem<kT>* HWY_RESTRICT S, int64_t i0, int64_t D
   for (int64_t j = full; j < Dv; ++j) {
     for (int r = 0; r < R; ++r) {
       const float s = k[i0 + r] * u[j] + a * LoadElementAs<kT>(row[r], j);
-      StoreElementAs<kT>(row[r], j, s);
+      StoreElementAs<kT>(out_row[r], j, s);
       acc[j] += q[i0 + r] * s;
     }
   }
 }
 
-// One head in layout vk: S is [Dv][Dk] in the pool's dtype (rows not
-// padded); q and k are padded with zeros to a multiple of the vector width.
-// Writes o[0..Dv).
+// One head in layout vk, one token: S is [Dv][Dk] in the pool's dtype (rows
+// not padded), read from src and written to dst (the same head: in place); q
+// and k are padded with zeros to a multiple of the vector width. Writes
+// o[0..Dv).
 template <DType kT>
-HWY_INLINE void StepHeadVKAs(void* state, int64_t Dk, int64_t Dv, const float* HWY_RESTRICT q,
-                             const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, float beta, float a, float scale,
-                             float* HWY_RESTRICT o) {
-  auto* S = static_cast<PoolElem<kT>*>(state);
+HWY_INLINE void StepHeadVKAs(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t Dk, int64_t Dv,
+                             const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
+                             float beta, float a, float scale, float* HWY_RESTRICT o) {
   int64_t j = 0;
-  for (; j + 4 <= Dv; j += 4) StepRowsVK<kT, 4>(S, j, Dk, q, k, v, beta, a, scale, o);
-  for (; j < Dv; ++j) StepRowsVK<kT, 1>(S, j, Dk, q, k, v, beta, a, scale, o);
+  for (; j + 4 <= Dv; j += 4) StepRowsVK<kT, 4>(src, dst, j, Dk, q, k, v, beta, a, scale, o);
+  for (; j < Dv; ++j) StepRowsVK<kT, 1>(src, dst, j, Dk, q, k, v, beta, a, scale, o);
 }
 
-// One head in layout kv: S is [Dk][Dv] in the pool's dtype. v and the
-// scratch buffers `acc` and `u` hold Dv floats padded to a multiple of the
-// vector width.
+// One head in layout kv, one token: S is [Dk][Dv] in the pool's dtype, read
+// from src and written to dst. v and the scratch buffers `acc` and `u` hold
+// Dv floats padded to a multiple of the vector width.
 template <DType kT>
-HWY_INLINE void StepHeadKVAs(void* state, int64_t Dk, int64_t Dv, const float* HWY_RESTRICT q,
-                             const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, float beta, float a, float scale,
-                             float* HWY_RESTRICT o, float* HWY_RESTRICT acc, float* HWY_RESTRICT u) {
-  auto* S = static_cast<PoolElem<kT>*>(state);
+HWY_INLINE void StepHeadKVAs(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t Dk, int64_t Dv,
+                             const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
+                             float beta, float a, float scale, float* HWY_RESTRICT o, float* HWY_RESTRICT acc,
+                             float* HWY_RESTRICT u) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t padded = (Dv + L - 1) / L * L;
   for (int64_t j = 0; j < padded; j += L) hn::Store(hn::Zero(d), d, acc + j);
   // acc = (a S)^T k, summed over rows in order.
   int64_t i = 0;
-  for (; i + 4 <= Dk; i += 4) AccumulateRowsKV<kT, 4>(S, i, Dv, k, a, acc);
-  for (; i < Dk; ++i) AccumulateRowsKV<kT, 1>(S, i, Dv, k, a, acc);
+  for (; i + 4 <= Dk; i += 4) AccumulateRowsKV<kT, 4>(src, i, Dv, k, a, acc);
+  for (; i < Dk; ++i) AccumulateRowsKV<kT, 1>(src, i, Dv, k, a, acc);
   // u = beta (v - acc); acc is reused for the output sums.
   const auto vb = hn::Set(d, beta);
   for (int64_t j = 0; j < padded; j += L) {
@@ -211,25 +230,100 @@ HWY_INLINE void StepHeadKVAs(void* state, int64_t Dk, int64_t Dv, const float* H
     hn::Store(hn::Zero(d), d, acc + j);
   }
   // S = a S + k u^T; acc = S^T q.
-  for (i = 0; i + 4 <= Dk; i += 4) UpdateRowsKV<kT, 4>(S, i, Dk, Dv, q, k, u, a, acc);
-  for (; i < Dk; ++i) UpdateRowsKV<kT, 1>(S, i, Dk, Dv, q, k, u, a, acc);
+  for (i = 0; i + 4 <= Dk; i += 4) UpdateRowsKV<kT, 4>(src, dst, i, Dk, Dv, q, k, u, a, acc);
+  for (; i < Dk; ++i) UpdateRowsKV<kT, 1>(src, dst, i, Dk, Dv, q, k, u, a, acc);
   for (int64_t j = 0; j < Dv; ++j) o[j] = scale * acc[j];
 }
 
-// The dispatched entry points: one head of a pool of dtype `pool`.
-void StepHeadVK(void* state, DType pool, int64_t Dk, int64_t Dv, const float* HWY_RESTRICT q,
-                const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, float beta, float a, float scale,
-                float* HWY_RESTRICT o) {
-  ForDType(pool, [&](auto tag) { StepHeadVKAs<decltype(tag)::value>(state, Dk, Dv, q, k, v, beta, a, scale, o); });
+// A token's state out of the carry buffer to its destination: streaming
+// stores where the destination is aligned for them (it is written once and
+// read by a later call, not by this one), a copy otherwise.
+HWY_INLINE void CopyOut(const void* HWY_RESTRICT from, void* HWY_RESTRICT to, int64_t bytes) {
+  const hn::ScalableTag<uint8_t> d8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d8));
+  const auto* src = static_cast<const uint8_t*>(from);
+  auto* dst = static_cast<uint8_t*>(to);
+  int64_t i = 0;
+  if (reinterpret_cast<uintptr_t>(dst) % static_cast<uintptr_t>(N) == 0) {
+    for (; i + N <= bytes; i += N) hn::Stream(hn::LoadU(d8, src + i), d8, dst + i);
+  }
+  std::memcpy(dst + i, src + i, static_cast<size_t>(bytes - i));
 }
 
-void StepHeadKV(void* state, DType pool, int64_t Dk, int64_t Dv, const float* HWY_RESTRICT q,
-                const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, float beta, float a, float scale,
-                float* HWY_RESTRICT o, float* HWY_RESTRICT acc, float* HWY_RESTRICT u) {
-  ForDType(pool, [&](auto tag) {
-    StepHeadKVAs<decltype(tag)::value>(state, Dk, Dv, q, k, v, beta, a, scale, o, acc, u);
-  });
+// An item's K tokens in layout vk (HeadTokens). A single step whose
+// destination is its source runs in place; otherwise each block of rows runs
+// all K tokens through the carry buffer (in L1) and is copied out after each.
+template <DType kT>
+HWY_INLINE void StepTokensVK(const HeadTokens& h) {
+  const auto* src = static_cast<const PoolElem<kT>*>(h.src);
+  const auto token = [&](int64_t t, const PoolElem<kT>* from, PoolElem<kT>* to, int64_t j0, auto rows) {
+    constexpr int R = decltype(rows)::value;
+    StepRowsVK<kT, R>(from, to, j0, h.Dk, h.q + t * h.row, h.k + t * h.row, h.v + t * h.row, h.beta[t], h.decay[t],
+                      h.scale, h.o + t * h.row);
+  };
+  if (h.InPlace()) {
+    auto* S = static_cast<PoolElem<kT>*>(h.dst[0]);
+    int64_t j = 0;
+    for (; j + 4 <= h.Dv; j += 4) token(0, S, S, j, std::integral_constant<int, 4>());
+    for (; j < h.Dv; ++j) token(0, S, S, j, std::integral_constant<int, 1>());
+    return;
+  }
+  auto* carry = static_cast<PoolElem<kT>*>(h.carry);
+  const auto block = [&](int64_t j0, auto rows) {
+    constexpr int64_t R = decltype(rows)::value;
+    for (int64_t t = 0; t < h.K; ++t) {
+      token(t, t == 0 ? src : carry, carry, j0, rows);
+      if (h.dst[t] != nullptr) {
+        CopyOut(carry + j0 * h.Dk, static_cast<PoolElem<kT>*>(h.dst[t]) + j0 * h.Dk, R * h.Dk * kDTypeBytes<kT>);
+      }
+    }
+  };
+  int64_t j = 0;
+  for (; j + 4 <= h.Dv; j += 4) block(j, std::integral_constant<int, 4>());
+  for (; j < h.Dv; ++j) block(j, std::integral_constant<int, 1>());
 }
+
+// An item's K tokens in layout kv: a single step whose destination is its
+// source in place; otherwise the whole head through the carry buffer (in L2).
+template <DType kT>
+HWY_INLINE void StepTokensKV(const HeadTokens& h) {
+  const auto* src = static_cast<const PoolElem<kT>*>(h.src);
+  const auto token = [&](int64_t t, const PoolElem<kT>* from, PoolElem<kT>* to) {
+    StepHeadKVAs<kT>(from, to, h.Dk, h.Dv, h.q + t * h.row, h.k + t * h.row, h.v + t * h.row, h.beta[t], h.decay[t],
+                     h.scale, h.o + t * h.row, h.acc, h.u);
+  };
+  if (h.InPlace()) {
+    auto* S = static_cast<PoolElem<kT>*>(h.dst[0]);
+    token(0, S, S);
+    return;
+  }
+  auto* carry = static_cast<PoolElem<kT>*>(h.carry);
+  for (int64_t t = 0; t < h.K; ++t) {
+    token(t, t == 0 ? src : carry, carry);
+    if (h.dst[t] != nullptr) CopyOut(carry, h.dst[t], h.Dk * h.Dv * kDTypeBytes<kT>);
+  }
+}
+
+// The dispatched entry point: one item's tokens on a pool of dtype `pool`.
+void StepHeadTokens(const HeadTokens& h, DType pool, StateLayout layout) {
+  ForDType(pool, [&](auto tag) {
+    constexpr DType kT = decltype(tag)::value;
+    if (layout == StateLayout::kVK) {
+      StepTokensVK<kT>(h);
+    } else {
+      StepTokensKV<kT>(h);
+    }
+  });
+  hwy::FlushStream();  // the copies' streaming stores ordered before the call returns
+}
+
+// The gate in the kernel (gate-inl.h), dispatched: x[0, n) raw gate a in,
+// log-decays out; beta = sigmoid(b) in place.
+void GateValues(float* HWY_RESTRICT x, int64_t n, float a_log, float dt_bias) {
+  GateRow(x, n, MakeHeadGate(a_log, dt_bias));
+}
+
+void SigmoidValues(float* HWY_RESTRICT x, int64_t n) { SigmoidRow(x, n); }
 
 // load-inl.h's bf16 row converters, dispatched for the tests that hold them
 // to core/dtype.h bit for bit (the pool kernels above use them per vector).
@@ -251,18 +345,21 @@ HWY_AFTER_NAMESPACE();
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <vector>
 
 #include "cgdr/decode.hpp"
 #include "core/fpenv.h"
+#include "hwy/aligned_allocator.h"
 #include "core/threads.h"
 #include "decode/decode_internal.h"
 
 namespace cgdr {
 
-HWY_EXPORT(StepHeadVK);
-HWY_EXPORT(StepHeadKV);
+HWY_EXPORT(StepHeadTokens);
+HWY_EXPORT(GateValues);
+HWY_EXPORT(SigmoidValues);
 HWY_EXPORT(BF16ToF32Row);
 HWY_EXPORT(F32ToBF16Row);
 
@@ -271,10 +368,15 @@ namespace {
 // Room for Dk/Dv up to kMaxHeadDim plus padding to the widest vector (16 f32).
 constexpr int64_t kPad = 16;
 constexpr int64_t kBuf = kMaxHeadDim + kPad;
+constexpr int64_t kMaxK = kMaxDraftTokens;
 
-// Per-item f32 staging of the token's rows; aligned for the vector loads.
+// Per-thread f32 staging of an item's K tokens' rows, aligned for the vector
+// loads, and the carry buffer of states with a token axis.
 struct alignas(64) ItemScratch {
-  float q[kBuf], k[kBuf], v[kBuf], o[kBuf], acc[kBuf], u[kBuf];
+  float q[kMaxK][kBuf], k[kMaxK][kBuf], v[kMaxK][kBuf], o[kMaxK][kBuf];
+  float acc[kBuf], u[kBuf];
+  float beta[kMaxK], decay[kMaxK];
+  void* dst[kMaxK];
 };
 
 // Loads n elements as f32 into dst and zero-fills the padding.
@@ -291,35 +393,102 @@ int ResolveThreads(const Options& opt, int64_t items, int64_t state_elems) {
   return static_cast<int>(std::max<int64_t>(1, std::min(t, items)));
 }
 
-// Runs one (sequence n, value head h) item on its state in the pool.
-void RunItem(const DecodeProblem& p, const DecodeInputs& in, const DecodeOutputs& out, int64_t n, int64_t h,
-             ItemScratch& sc) {
-  const int64_t Dk = p.Dk, Dv = p.Dv, Nv = p.Nv, hk = h / (Nv / p.Nk);
-  const int64_t out_off = (n * Nv + h) * Dv;
-  const int32_t idx = static_cast<const int32_t*>(in.state_indices.data)[n];
-  if (idx < 0) {  // skipped row: defined zeros, state untouched
-    for (int64_t j = 0; j < Dv; ++j) StoreFromF32(out.out.data, out.out.dtype, out_off + j, 0.0f);
-    return;
-  }
-  LoadRow(in.query.data, p.dtype, (n * p.Nk + hk) * Dk, Dk, sc.q);
-  LoadRow(in.key.data, p.dtype, (n * p.Nk + hk) * Dk, Dk, sc.k);
-  LoadRow(in.value.data, p.dtype, out_off, Dv, sc.v);
-  if (p.options.use_qk_l2norm) {
-    L2NormalizeRow(sc.q, Dk);
-    L2NormalizeRow(sc.k, Dk);
-  }
-  const float beta = LoadAsF32(in.beta.data, p.dtype, n * Nv + h);
-  const float a = p.has_g ? std::exp(LoadAsF32(in.g.data, p.g_dtype, n * Nv + h)) : 1.0f;
-  const float scale = static_cast<float>(p.scale);
+uint8_t* ElementAt(const TensorView& t, int64_t index) {
+  return static_cast<uint8_t*>(t.data) + index * static_cast<int64_t>(DTypeSize(t.dtype));
+}
 
-  const int64_t state_off = (static_cast<int64_t>(idx) * Nv + h) * Dk * Dv;
-  void* S = static_cast<uint8_t*>(in.state_pool.data) + state_off * static_cast<int64_t>(DTypeSize(p.state_dtype));
-  if (p.options.state_layout == StateLayout::kVK) {
-    HWY_DYNAMIC_DISPATCH(StepHeadVK)(S, p.state_dtype, Dk, Dv, sc.q, sc.k, sc.v, beta, a, scale, sc.o);
-  } else {
-    HWY_DYNAMIC_DISPATCH(StepHeadKV)(S, p.state_dtype, Dk, Dv, sc.q, sc.k, sc.v, beta, a, scale, sc.o, sc.acc, sc.u);
+// beta and exp(g) of each of the item's K tokens (rows n * K + j of the flat
+// token axis): the gate in the kernel and beta's sigmoid as prefill computes
+// them (gate-inl.h).
+void LoadTokenScalars(const DecodeProblem& p, const DecodeInputs& in, int64_t n, int64_t h, ItemScratch& sc) {
+  const int64_t K = p.K, Nv = p.Nv;
+  for (int64_t j = 0; j < K; ++j) sc.beta[j] = LoadAsF32(in.beta.data, p.dtype, (n * K + j) * Nv + h);
+  if (p.options.use_beta_sigmoid) HWY_DYNAMIC_DISPATCH(SigmoidValues)(sc.beta, K);
+  for (int64_t j = 0; j < K; ++j) {
+    sc.decay[j] = p.has_g ? LoadAsF32(in.g.data, p.g_dtype, (n * K + j) * Nv + h)
+                  : p.has_gate ? LoadAsF32(in.a.data, in.a.dtype, (n * K + j) * Nv + h) : 0.0f;
   }
-  for (int64_t j = 0; j < Dv; ++j) StoreFromF32(out.out.data, out.out.dtype, out_off + j, sc.o[j]);
+  if (p.has_gate) {
+    const float dt_bias = in.dt_bias.present() ? LoadAsF32(in.dt_bias.data, in.dt_bias.dtype, h) : 0.0f;
+    HWY_DYNAMIC_DISPATCH(GateValues)(sc.decay, K, LoadAsF32(in.A_log.data, in.A_log.dtype, h), dt_bias);
+  }
+  for (int64_t j = 0; j < K; ++j) sc.decay[j] = (p.has_g || p.has_gate) ? std::exp(sc.decay[j]) : 1.0f;
+}
+
+// Where the item's state goes after token j (docs/SPEC.md 6d): pool slot
+// dst_indices[n, j], row n * K + j of the dense `states`, or (neither given)
+// its own slot after the last token.
+void Destinations(const DecodeProblem& p, const DecodeInputs& in, const DecodeOutputs& out, int64_t n, int64_t h,
+                  void* src, ItemScratch& sc) {
+  const int64_t K = p.K, head = p.Dk * p.Dv;
+  const auto* dst_idx = static_cast<const int32_t*>(in.dst_indices.data);
+  for (int64_t j = 0; j < K; ++j) {
+    if (in.dst_indices.present()) {
+      const int32_t d = dst_idx[n * K + j];
+      sc.dst[j] = d < 0 ? nullptr : ElementAt(in.state_pool, d * p.slot_stride + h * head);
+    } else if (out.states.present()) {
+      sc.dst[j] = ElementAt(out.states, ((n * K + j) * p.Nv + h) * head);
+    } else {
+      sc.dst[j] = j == K - 1 ? src : nullptr;
+    }
+  }
+}
+
+// A skipped row (negative index): defined zeros in out and in its dense
+// states; the pool is not touched.
+void SkipItem(const DecodeProblem& p, const DecodeOutputs& out, int64_t n, int64_t h) {
+  const int64_t head = p.Dk * p.Dv;
+  for (int64_t j = 0; j < p.K; ++j) {
+    const int64_t out_off = ((n * p.K + j) * p.Nv + h) * p.Dv;
+    for (int64_t i = 0; i < p.Dv; ++i) StoreFromF32(out.out.data, out.out.dtype, out_off + i, 0.0f);
+    if (out.states.present()) {
+      std::memset(ElementAt(out.states, ((n * p.K + j) * p.Nv + h) * head), 0,
+                  static_cast<size_t>(head) * DTypeSize(out.states.dtype));
+    }
+  }
+}
+
+// Runs one (sequence n, value head h) item: K tokens on its state in the pool.
+void RunItem(const DecodeProblem& p, const DecodeInputs& in, const DecodeOutputs& out, int64_t n, int64_t h,
+             ItemScratch& sc, void* carry) {
+  const int64_t Dk = p.Dk, Dv = p.Dv, Nv = p.Nv, K = p.K, hk = h / (Nv / p.Nk);
+  const int32_t idx = static_cast<const int32_t*>(in.state_indices.data)[n];
+  if (idx < 0) return SkipItem(p, out, n, h);
+  for (int64_t j = 0; j < K; ++j) {
+    const int64_t token = n * K + j;
+    LoadRow(in.query.data, p.dtype, (token * p.Nk + hk) * Dk, Dk, sc.q[j]);
+    LoadRow(in.key.data, p.dtype, (token * p.Nk + hk) * Dk, Dk, sc.k[j]);
+    LoadRow(in.value.data, p.dtype, (token * Nv + h) * Dv, Dv, sc.v[j]);
+    if (p.options.use_qk_l2norm) {
+      L2NormalizeRow(sc.q[j], Dk);
+      L2NormalizeRow(sc.k[j], Dk);
+    }
+  }
+  LoadTokenScalars(p, in, n, h, sc);
+  void* S = ElementAt(in.state_pool, static_cast<int64_t>(idx) * p.slot_stride + h * Dk * Dv);
+  Destinations(p, in, out, n, h, S, sc);
+  HeadTokens ht;
+  ht.K = K;
+  ht.Dk = Dk;
+  ht.Dv = Dv;
+  ht.row = kBuf;
+  ht.q = sc.q[0];
+  ht.k = sc.k[0];
+  ht.v = sc.v[0];
+  ht.o = sc.o[0];
+  ht.beta = sc.beta;
+  ht.decay = sc.decay;
+  ht.scale = static_cast<float>(p.scale);
+  ht.src = S;
+  ht.dst = sc.dst;
+  ht.carry = carry;
+  ht.acc = sc.acc;
+  ht.u = sc.u;
+  HWY_DYNAMIC_DISPATCH(StepHeadTokens)(ht, p.state_dtype, p.options.state_layout);
+  for (int64_t j = 0; j < K; ++j) {
+    const int64_t out_off = ((n * K + j) * Nv + h) * Dv;
+    for (int64_t i = 0; i < Dv; ++i) StoreFromF32(out.out.data, out.out.dtype, out_off + i, sc.o[j][i]);
+  }
 }
 
 }  // namespace
@@ -341,18 +510,25 @@ Status ValidateAndRun(const DecodeInputs& in, const DecodeOutputs& out, const Op
   if (!s.ok()) return s;
   const int64_t items = p.N * p.Nv;
   if (items == 0) return Status::Ok();
-  const int threads = ResolveThreads(opt, items, p.Dk * p.Dv);
+  const int threads = ResolveThreads(opt, items, p.K * p.Dk * p.Dv);
 
   // Allocated before any state is written; a failure is DecodeStep's
-  // kResourceExhausted.
-  std::vector<ItemScratch> scratch(static_cast<size_t>(threads));
+  // kResourceExhausted. A carry buffer per thread unless every item is a
+  // single step in place (no token axis, no destinations).
+  // Not zeroed: every byte an item reads it has written first.
+  std::unique_ptr<ItemScratch[]> scratch(new ItemScratch[static_cast<size_t>(threads)]);
+  const bool in_place = p.K == 1 && !in.dst_indices.present() && !out.states.present();
+  const size_t carry_bytes = in_place ? 0 : (static_cast<size_t>(p.Dk * p.Dv) * DTypeSize(p.state_dtype) + 63) / 64 * 64;
+  const auto carry = hwy::AllocateAligned<uint8_t>(std::max<size_t>(1, carry_bytes * static_cast<size_t>(threads)));
+  if (!carry) return Status(Code::kResourceExhausted, "decode: cannot allocate the carry buffers of the token axis");
 
 #pragma omp parallel num_threads(threads)
   {
     const FlushDenormalsScope ftz;  // as prefill (core/fpenv.h)
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < items; ++item) {
-      RunItem(p, in, out, item / p.Nv, item % p.Nv, scratch[static_cast<size_t>(omp_get_thread_num())]);
+      const int t = omp_get_thread_num();
+      RunItem(p, in, out, item / p.Nv, item % p.Nv, scratch[t], carry.get() + carry_bytes * static_cast<size_t>(t));
     }
   }
   return Status::Ok();

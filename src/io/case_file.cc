@@ -13,10 +13,11 @@ namespace {
 
 Status Fail(const std::string& path, const std::string& msg) { return Status::Invalid(Cat(path, ": ", msg)); }
 
-// Tensor names of SPEC 2; `out` and `final_state` may ride along in a case
-// (expected results) and are ignored there.
-const char* const kCaseTensors[] = {"query",         "key",      "value", "beta",       "g",
-                                    "initial_state", "seq_lens", "out",   "final_state"};
+// Tensor names of SPEC 2 and the raw gate of SPEC 6d; `out` and
+// `final_state` may ride along in a case (expected results) and are ignored
+// there.
+const char* const kCaseTensors[] = {"query",    "key", "value",       "beta", "g",     "a", "A_log", "dt_bias",
+                                    "initial_state", "seq_lens", "out", "final_state"};
 const char* const kRequired[] = {"query", "key", "value", "beta", "seq_lens"};
 
 bool IsCaseTensor(const std::string& name) {
@@ -60,9 +61,15 @@ Status ParseMetadata(const std::string& path, const std::map<std::string, std::s
                     Cat("metadata 'use_qk_l2norm' is \"", PrintableName(v), "\", expected \"true\" or \"false\""));
       }
       opt->use_qk_l2norm = v == "true";
+    } else if (key == "use_beta_sigmoid") {
+      if (v != "true" && v != "false") {
+        return Fail(path,
+                    Cat("metadata 'use_beta_sigmoid' is \"", PrintableName(v), "\", expected \"true\" or \"false\""));
+      }
+      opt->use_beta_sigmoid = v == "true";
     } else if (key != "format") {  // "format" is what safetensors' own Python helpers add
       return Fail(path,
-                  Cat("unknown metadata key '", PrintableName(key), "' (expected scale, state_layout, use_qk_l2norm)"));
+                  Cat("unknown metadata key '", PrintableName(key), "' (expected scale, state_layout, use_qk_l2norm, use_beta_sigmoid)"));
     }
   }
   return Status::Ok();
@@ -103,6 +110,9 @@ Status AssembleCase(const std::string& path, const std::vector<NamedTensor>& ten
   in->value = view("value");
   in->beta = view("beta");
   in->g = view("g");
+  in->a = view("a");
+  in->A_log = view("A_log");
+  in->dt_bias = view("dt_bias");
   in->initial_state = view("initial_state");
   in->seq_lens = view("seq_lens");
   return Status::Ok();
@@ -156,6 +166,9 @@ Status LoadCaseFiles(const std::string& path, CaseFiles* out) {
 std::vector<SafetensorsWriteTensor> CaseTensors(const Inputs& in) {
   std::vector<SafetensorsWriteTensor> t{{"query", in.query}, {"key", in.key}, {"value", in.value}, {"beta", in.beta}};
   if (in.g.present()) t.emplace_back("g", in.g);
+  if (in.a.present()) t.emplace_back("a", in.a);
+  if (in.A_log.present()) t.emplace_back("A_log", in.A_log);
+  if (in.dt_bias.present()) t.emplace_back("dt_bias", in.dt_bias);
   if (in.initial_state.present()) t.emplace_back("initial_state", in.initial_state);
   t.emplace_back("seq_lens", in.seq_lens);
   return t;
@@ -164,6 +177,7 @@ std::vector<SafetensorsWriteTensor> CaseTensors(const Inputs& in) {
 std::map<std::string, std::string> CaseMetadata(const Options& opt) {
   std::map<std::string, std::string> md{{"state_layout", StateLayoutName(opt.state_layout)},
                                         {"use_qk_l2norm", opt.use_qk_l2norm ? "true" : "false"}};
+  if (opt.use_beta_sigmoid) md["use_beta_sigmoid"] = "true";  // absent: false (files of older versions stay the same)
   if (std::isfinite(opt.scale) && opt.scale != 0.0) {
     char buf[64];
     const auto r = std::to_chars(buf, buf + sizeof buf, opt.scale);  // shortest form that reads back exactly

@@ -1,5 +1,6 @@
 // Case and result files (SPEC 7): one safetensors file per case, tensors named
-// as in SPEC 2, metadata `scale`, `state_layout`, `use_qk_l2norm`. The
+// as in SPEC 2 (and the raw gate a, A_log, dt_bias of SPEC 6d), metadata
+// `scale`, `state_layout`, `use_qk_l2norm`, `use_beta_sigmoid`. The
 // *Files variants take any of the NPU's file kinds (io/tensor_files.h: a
 // safetensors file, a directory of .npy files, a manifest of .bin tensors).
 #pragma once
@@ -20,7 +21,7 @@ namespace cgdr {
 struct LoadedCase {
   SafetensorsFile file;
   Inputs inputs;    // absent g / initial_state stay null views
-  Options options;  // scale, state_layout, use_qk_l2norm from the metadata; the rest default
+  Options options;  // scale, state_layout, use_qk_l2norm, use_beta_sigmoid from the metadata; the rest default
 };
 
 // Reads a case. Errors (one line) name the file and the tensor or metadata key;

@@ -22,6 +22,7 @@
 #include "hwy/highway.h"
 #include "kernels/amx_chunk-inl.h"
 #include "kernels/chunk-inl.h"
+#include "kernels/gate-inl.h"
 #include "kernels/gemm-inl.h"
 #include "kernels/items-inl.h"
 #include "kernels/kside-inl.h"
@@ -51,11 +52,37 @@ struct ItemView {
   const Outputs* out;
   const WorkItem* it;
   int64_t hk;          // query/key head of value head it->head (grouped heads)
-  int64_t state_base;  // element offset of state (seq, head)
+  int64_t init_base;   // element offset of the item's state in initial_state; -1: start from zeros
+  int64_t final_base;  // element offset of its state in final_state; -1: not written
   Precision plan_precision;  // plan.precision: arithmetic of the chunked products
   Engine engine;             // plan.engine: where the chunked products run
   bool stream_out;           // out's rows take streaming stores (StreamsOutput)
+  HeadGate gate;             // the head's gate constants when g comes from the raw gate a
 };
+
+// Element offset of value head `head`'s state of sequence `seq` in a state
+// tensor or pool (docs/SPEC.md 6d: slot state_indices[seq], slots
+// slot_stride apart), or -1 when the sequence has no slot.
+HWY_INLINE int64_t StateOffset(const Problem& p, int64_t seq, int64_t head) {
+  const int64_t slot = p.Slot(seq);
+  return slot < 0 ? -1 : slot * p.SlotStride() + head * p.Dk * p.Dv;
+}
+
+// The gate constants of value head `head` (zeros without the raw gate).
+HWY_INLINE HeadGate ItemGate(const Problem& p, const Inputs& in, int64_t head) {
+  if (!p.has_gate) return HeadGate{};
+  const float dt_bias = in.dt_bias.present() ? LoadAsF32(in.dt_bias.data, in.dt_bias.dtype, head) : 0.0f;
+  return MakeHeadGate(LoadAsF32(in.A_log.data, in.A_log.dtype, head), dt_bias);
+}
+
+HWY_INLINE ItemView MakeItemView(const Plan& plan, const Inputs& in, const Outputs& out, const WorkItem& it,
+                                 bool stream_out) {
+  const Problem& p = plan.problem;
+  const int64_t offset = StateOffset(p, it.seq, it.head);
+  return ItemView{&p, &in, &out, &it, it.head / (p.Nv / p.Nk),
+                  in.initial_state.present() ? offset : -1, out.final_state.present() ? offset : -1,
+                  plan.precision, plan.engine, stream_out, ItemGate(p, in, it.head)};
+}
 
 // Whether this call writes out with streaming stores (Plan::stream_out): only
 // on rows that start on a line (base, head and V tile offsets, row stride)
@@ -77,13 +104,13 @@ HWY_INLINE bool StreamsOutput(const Plan& plan, const TensorView& out) {
 // at a time in registers (transpose-inl.h).
 
 // S tile [dk_pad x w_pad] (column panels) from initial_state (zero when
-// absent); zero padding.
+// absent, or when the sequence's slot is negative); zero padding.
 HWY_INLINE void LoadStateTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT S) {
   const Problem& p = *iv.p;
   const WorkItem& it = *iv.it;
   const Panels sp(L.dk_pad, L);
   const TensorView& init = iv.in->initial_state;
-  if (!init.present()) {
+  if (iv.init_base < 0) {
     for (int64_t i = 0; i < L.dk_pad * L.w_pad; ++i) S[i] = 0.0f;
     return;
   }
@@ -92,7 +119,7 @@ HWY_INLINE void LoadStateTile(const ItemView& iv, const ScratchLayout& L, float*
       const int64_t pw = sp.Width(c0), cols = std::clamp<int64_t>(it.v_width - c0, 0, pw);
       float* panel = sp.Base(S, c0);
       for (int64_t r = 0; r < p.Dk; ++r) {
-        LoadRow(At(init, iv.state_base + r * p.Dv + it.v_begin + c0), init.dtype, cols, panel + r * pw, pw);
+        LoadRow(At(init, iv.init_base + r * p.Dv + it.v_begin + c0), init.dtype, cols, panel + r * pw, pw);
       }
       for (int64_t i = p.Dk * pw; i < L.dk_pad * pw; ++i) panel[i] = 0.0f;  // rows Dk .. dk_pad
     }
@@ -104,7 +131,7 @@ HWY_INLINE void LoadStateTile(const ItemView& iv, const ScratchLayout& L, float*
     for (int64_t i = 0; i < N; ++i) {
       float* row = line + i * L.dk_pad;
       if (j0 + i < it.v_width) {
-        LoadRow(At(init, iv.state_base + (it.v_begin + j0 + i) * p.Dk), init.dtype, p.Dk, row, L.dk_pad);
+        LoadRow(At(init, iv.init_base + (it.v_begin + j0 + i) * p.Dk), init.dtype, p.Dk, row, L.dk_pad);
       } else {
         for (int64_t r = 0; r < L.dk_pad; ++r) row[r] = 0.0f;
       }
@@ -115,18 +142,19 @@ HWY_INLINE void LoadStateTile(const ItemView& iv, const ScratchLayout& L, float*
   }
 }
 
-// The FP32 state is rounded to the output dtype once, here (seeds 003 s.2).
-HWY_INLINE void StoreStateTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT S) {
+// The item's FP32 state tile into a state tensor `dst` at element offset
+// `dst_base` (its (seq, head) state): final_state, rounded to its dtype once,
+// here (seeds 003 s.2), or a checkpoint.
+HWY_INLINE void StoreStateTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT S,
+                               const TensorView& dst, int64_t dst_base) {
   const Problem& p = *iv.p;
   const WorkItem& it = *iv.it;
-  const TensorView& fin = iv.out->final_state;
-  if (!fin.present()) return;
   const Panels sp(L.dk_pad, L);
   if (p.options.state_layout == StateLayout::kKV) {
     for (int64_t c0 = 0; c0 < it.v_width; c0 = sp.Next(c0)) {
       const int64_t pw = sp.Width(c0), cols = std::min(pw, it.v_width - c0);
       for (int64_t r = 0; r < p.Dk; ++r) {
-        StoreRow(sp.Base(S, c0) + r * pw, cols, fin.dtype, AtMut(fin, iv.state_base + r * p.Dv + it.v_begin + c0));
+        StoreRow(sp.Base(S, c0) + r * pw, cols, dst.dtype, AtMut(dst, dst_base + r * p.Dv + it.v_begin + c0));
       }
     }
     return;
@@ -138,7 +166,7 @@ HWY_INLINE void StoreStateTile(const ItemView& iv, const ScratchLayout& L, float
     const float* panel = sp.Base(S, c0) + (j0 - c0);
     for (int64_t r0 = 0; r0 < L.dk_pad; r0 += N) TransposeTile(panel + r0 * pw, pw, line + r0, L.dk_pad);
     for (int64_t i = 0; i < std::min(N, it.v_width - j0); ++i) {
-      StoreRow(line + i * L.dk_pad, p.Dk, fin.dtype, AtMut(fin, iv.state_base + (it.v_begin + j0 + i) * p.Dk));
+      StoreRow(line + i * L.dk_pad, p.Dk, dst.dtype, AtMut(dst, dst_base + (it.v_begin + j0 + i) * p.Dk));
     }
   }
 }
@@ -178,18 +206,29 @@ HWY_INLINE void LoadColumn(const TensorView& x, int64_t cols, int64_t col, int64
   });
 }
 
+// The log-decays g of the item's value head for rows [t, t + n): given, or
+// from the raw gate a (docs/SPEC.md 6d), or 0.
+HWY_INLINE void LoadDecays(const ItemView& iv, int64_t t, int64_t n, float* HWY_RESTRICT g) {
+  const Problem& p = *iv.p;
+  const Inputs& in = *iv.in;
+  if (p.has_g) {
+    LoadColumn(in.g, p.Nv, iv.it->head, t, n, g);
+  } else if (p.has_gate) {
+    LoadColumn(in.a, p.Nv, iv.it->head, t, n, g);
+    GateRow(g, n, iv.gate);
+  } else {
+    for (int64_t i = 0; i < n; ++i) g[i] = 0.0f;
+  }
+}
+
 // beta and g of the item's value head for rows [t, t + n).
 HWY_INLINE void LoadHeadVectors(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t,
                                 int64_t n) {
   const Problem& p = *iv.p;
-  const Inputs& in = *iv.in;
   ChunkVectors cv(base + L.vec, L.c_pad);
-  LoadColumn(in.beta, p.Nv, iv.it->head, t, n, cv.beta);
-  if (p.has_g) {
-    LoadColumn(in.g, p.Nv, iv.it->head, t, n, cv.g);
-  } else {
-    for (int64_t i = 0; i < n; ++i) cv.g[i] = 0.0f;
-  }
+  LoadColumn(iv.in->beta, p.Nv, iv.it->head, t, n, cv.beta);
+  if (p.options.use_beta_sigmoid) SigmoidRow(cv.beta, n);
+  LoadDecays(iv, t, n, cv.g);
 }
 
 // The item's rows [t, ...) of V and out for ChunkVSide's direct panels.
@@ -240,6 +279,7 @@ HWY_INLINE void QueueGroupChunk(const ItemView* views, int64_t count, int64_t t,
   if (!views[0].stream_out) add(views[0].out->out, t * p.Nv * p.Dv + v_first, p.Nv * p.Dv, v_last - v_first, true);
   add(in.beta, t * p.Nv + a.head, p.Nv, z.head - a.head + 1, false);
   if (p.has_g) add(in.g, t * p.Nv + a.head, p.Nv, z.head - a.head + 1, false);
+  if (p.has_gate) add(in.a, t * p.Nv + a.head, p.Nv, z.head - a.head + 1, false);
 }
 
 // C = 1: tokens [t, t + n) of one item (n <= kRecurrentSpan), token by
@@ -324,6 +364,29 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
   StoreOutputRows(L, base + L.o, io, 0, n);
 }
 
+// Rows of the next step of a sequence from token t: a chunk (or C = 1's span)
+// cut short at the sequence's end and at its next checkpoint (docs/SPEC.md
+// 6d), so a checkpoint falls on a step boundary.
+HWY_INLINE int64_t StepRows(const WorkItem& it, int64_t step, int64_t every, int64_t t) {
+  const int64_t n = std::min(step, it.token_begin + it.tokens - t);
+  return every > 0 ? std::min(n, every - (t - it.token_begin) % every) : n;
+}
+
+// After the step that ends at token t: the group's states into their
+// checkpoint rows when t closes a checkpoint of the sequence.
+HWY_INLINE void StoreCheckpoints(const ItemView* views, int64_t count, const ScratchLayout& L, float* HWY_RESTRICT base,
+                                 int64_t t) {
+  const Problem& p = *views[0].p;
+  const WorkItem& it = *views[0].it;
+  const int64_t every = p.options.checkpoint_every, done = t - it.token_begin;
+  if (every <= 0 || done == 0 || done % every != 0) return;
+  const int64_t row = it.checkpoint_begin + done / every - 1;
+  for (int64_t g = 0; g < count; ++g) {
+    StoreStateTile(views[g], L, base, L.StateTile(base, g), views[g].out->checkpoint_states,
+                   (row * p.Nv + views[g].it->head) * p.Dk * p.Dv);
+  }
+}
+
 // A group of items of one sequence advanced chunk by chunk together: each
 // chunk reads the same few rows of q, k, v for all heads of the group, so
 // inputs stream through the caches and TLB once instead of once per head.
@@ -335,23 +398,21 @@ void BucketDriver<kDkPad>::RunGroup(const Plan& plan, const Inputs& in, const Ou
   const int64_t count = plan.GroupSize(g_index);
   const Problem& p = plan.problem;
   const float scale = static_cast<float>(p.scale);
-  const int64_t group = p.Nv / p.Nk;
   const bool stream_out = StreamsOutput(plan, out.out);
   ItemView views[kMaxGroupItems];
   for (int64_t g = 0; g < count; ++g) {
-    const WorkItem& it = plan.items[items[g]];
-    const int64_t state_base = (it.seq * p.Nv + it.head) * p.Dk * p.Dv;
-    views[g] = ItemView{&p, &in, &out, &it, it.head / group, state_base, plan.precision, plan.engine, stream_out};
+    views[g] = MakeItemView(plan, in, out, plan.items[items[g]], stream_out);
     LoadStateTile(views[g], L, base, L.StateTile(base, g));
   }
   const WorkItem& first = plan.items[items[0]];
   const int64_t t_end = first.token_begin + first.tokens;
   const int64_t step = plan.chunk == 1 ? kRecurrentSpan : plan.chunk;
+  const int64_t every = p.options.checkpoint_every;
   const bool tiles = RunsOnTiles(plan);
-  for (int64_t t = first.token_begin; t < t_end; t += step) {
-    const int64_t n = std::min<int64_t>(step, t_end - t);
+  for (int64_t t = first.token_begin, n = 0; t < t_end; t += n) {
+    n = StepRows(first, step, every, t);
     PrefetchQueue next_chunk;
-    QueueGroupChunk(views, count, t + step, std::min<int64_t>(step, t_end - t - step), &next_chunk);
+    QueueGroupChunk(views, count, t + n, t + n < t_end ? StepRows(first, step, every, t + n) : 0, &next_chunk);
     if (plan.chunk == 1 || tiles) {
       next_chunk.Drain();  // no register tiles to spread the lines over
     } else {  // paced over the chunk's state products (3 dk x width multiply-adds per row and item)
@@ -370,8 +431,11 @@ void BucketDriver<kDkPad>::RunGroup(const Plan& plan, const Inputs& in, const Ou
       }
     }
     next_chunk.Drain();
+    StoreCheckpoints(views, count, L, base, t + n);
   }
-  for (int64_t g = 0; g < count; ++g) StoreStateTile(views[g], L, base, L.StateTile(base, g));
+  for (int64_t g = 0; g < count; ++g) {
+    if (views[g].final_base >= 0) StoreStateTile(views[g], L, base, L.StateTile(base, g), out.final_state, views[g].final_base);
+  }
   if (stream_out) hwy::FlushStream();  // streaming stores ordered before the thread reports the group done
 }
 

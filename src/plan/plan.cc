@@ -126,7 +126,7 @@ void FormGroups(const MachineProfile& prof, Plan* plan) {
 
 }  // namespace
 
-bool SequenceHasWork(const Problem& p, int64_t b) { return p.seq_lens[b] > 0 || p.want_final_state; }
+bool SequenceHasWork(const Problem& p, int64_t b) { return p.seq_lens[b] > 0 || (p.want_final_state && p.Slot(b) >= 0); }
 
 namespace {
 
@@ -174,10 +174,27 @@ std::vector<Mode> ChunkedModes(const Problem& p) {
 }
 
 // Chunk sizes the planner weighs on an engine: the tiles amortise their
-// per-chunk passes over the state over longer chunks.
-std::vector<int> ChunkSizes(Engine e) {
-  if (IsTileEngine(e)) return {128, 64, 32, 16};
-  return {64, 32, 16};
+// per-chunk passes over the state over longer chunks. With checkpoints
+// (docs/SPEC.md 6d), the sizes that divide checkpoint_every where there are
+// any: each checkpoint then ends a chunk of full length, and equals the final
+// state of a prefill of that prefix bit for bit.
+std::vector<int> ChunkSizes(Engine e, int64_t checkpoint_every) {
+  std::vector<int> sizes = IsTileEngine(e) ? std::vector<int>{128, 64, 32, 16} : std::vector<int>{64, 32, 16};
+  if (checkpoint_every <= 0) return sizes;
+  std::vector<int> aligned;
+  for (int c : sizes) {
+    if (checkpoint_every % c == 0) aligned.push_back(c);
+  }
+  return aligned.empty() ? sizes : aligned;
+}
+
+// Why the chunk size does or does not divide checkpoint_every (`cgdr plan`).
+std::string CheckpointWhy(const Problem& p, int chunk) {
+  const int64_t every = p.options.checkpoint_every;
+  if (every <= 0) return "";
+  if (every % chunk == 0) return "C=" + std::to_string(chunk) + " divides checkpoint_every=" + std::to_string(every) + "; ";
+  return "checkpoint_every=" + std::to_string(every) + " is no multiple of C=" + std::to_string(chunk) +
+         ": chunks are cut at checkpoints; ";
 }
 
 // The engine and precision chosen, and why (`cgdr plan`).
@@ -242,7 +259,7 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
       if (p.options.algo != Algo::kRecurrent) candidates.push_back(Candidate{static_cast<int>(p.options.algo), m});
       continue;
     }
-    for (int c : ChunkSizes(m.engine)) candidates.push_back(Candidate{c, m});
+    for (int c : ChunkSizes(m.engine, p.options.checkpoint_every)) candidates.push_back(Candidate{c, m});
   }
   // A tile engine the caller named and that runs here excludes C = 1 under
   // algo auto: the call asked for tiles.
@@ -272,7 +289,7 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
     why << "C=" << out.chunk << (forced_c ? " forced, " : " ") << "cheapest by model (cost in FMA times: " << costs
         << "; profile: " << prof.source << "); ";
   }
-  why << EngineWhy(p, out);
+  why << EngineWhy(p, out) << CheckpointWhy(p, out.chunk);
 
   // V tile width: all of Dv if it fits the cache budget; narrower tiles only
   // to fit, or when (sequence, head) items are fewer than threads (seeds 001 s.4).
@@ -305,16 +322,18 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
   // Work items in (sequence, head, tile) order. An empty sequence has work
   // only when the final state is wanted (it is the initial state, SPEC 1):
   // without one, B empty sequences cost no items and no plan memory.
-  int64_t t0 = 0;
+  int64_t t0 = 0, c0 = 0;  // the sequence's first token and first checkpoint row
   for (int64_t b = 0; b < p.B; ++b) {
     const int64_t len = p.seq_lens[b];
-    if (!SequenceHasWork(p, b)) continue;
-    for (int64_t h = 0; h < p.Nv; ++h) {
-      for (int64_t v0 = 0; v0 < p.Dv; v0 += w) {
-        out.items.push_back(WorkItem{b, h, v0, std::min(w, p.Dv - v0), t0, len});
+    if (SequenceHasWork(p, b)) {
+      for (int64_t h = 0; h < p.Nv; ++h) {
+        for (int64_t v0 = 0; v0 < p.Dv; v0 += w) {
+          out.items.push_back(WorkItem{b, h, v0, std::min(w, p.Dv - v0), t0, len, c0});
+        }
       }
     }
     t0 += len;
+    if (p.options.checkpoint_every > 0) c0 += len / p.options.checkpoint_every;
   }
 
   FormGroups(prof, &out);
@@ -371,9 +390,14 @@ Status CheckPlan(const Plan& plan) {
       ++scheduled[static_cast<size_t>(i)];
     }
   }
-  int64_t t0 = 0;
-  std::vector<int64_t> starts(static_cast<size_t>(p.B));
-  for (int64_t b = 0; b < p.B; ++b) { starts[b] = t0; t0 += p.seq_lens[b]; }
+  int64_t t0 = 0, c0 = 0;
+  std::vector<int64_t> starts(static_cast<size_t>(p.B)), checkpoint_starts(static_cast<size_t>(p.B));
+  for (int64_t b = 0; b < p.B; ++b) {
+    starts[b] = t0;
+    checkpoint_starts[b] = c0;
+    t0 += p.seq_lens[b];
+    if (p.options.checkpoint_every > 0) c0 += p.seq_lens[b] / p.options.checkpoint_every;
+  }
   for (size_t i = 0; i < plan.items.size(); ++i) {
     const WorkItem& it = plan.items[i];
     if (scheduled[i] != 1) return fail("item " + std::to_string(i) + " scheduled " + std::to_string(scheduled[i]) + " times");
@@ -382,6 +406,7 @@ Status CheckPlan(const Plan& plan) {
       return fail("item V range");
     }
     if (it.tokens != p.seq_lens[it.seq] || it.token_begin != starts[it.seq]) return fail("item tokens");
+    if (it.checkpoint_begin != checkpoint_starts[it.seq]) return fail("item checkpoint rows");
   }
   std::vector<int64_t> order(plan.items.size());
   std::iota(order.begin(), order.end(), 0);

@@ -28,33 +28,57 @@ bool Wanted(const std::vector<int64_t>& heads, int64_t h) {
   return false;
 }
 
+// The log-decay of token t, value head h (SPEC 1; docs/SPEC.md 6d).
+double Decay(const Inputs& in, int64_t t, int64_t Nv, int64_t h) {
+  if (in.g.present()) return LoadAsF32(in.g.data, in.g.dtype, t * Nv + h);
+  if (!in.a.present()) return 0.0;
+  const double dt_bias = in.dt_bias.present() ? LoadAsF32(in.dt_bias.data, in.dt_bias.dtype, h) : 0.0;
+  return ReferenceGate(LoadAsF32(in.a.data, in.a.dtype, t * Nv + h), LoadAsF32(in.A_log.data, in.A_log.dtype, h),
+                       dt_bias);
+}
+
 }  // namespace
+
+double ReferenceGate(double a, double a_log, double dt_bias) {
+  const double x = a + dt_bias;
+  return -std::exp(a_log) * (x > 20.0 ? x : std::log1p(std::exp(x)));
+}
+
+double ReferenceSigmoid(double b) { return 1.0 / (1.0 + std::exp(-b)); }
 
 void ReferenceRun(const Inputs& in, const Problem& p, ReferenceResult* res, const std::vector<int64_t>& heads) {
   const int64_t Dk = p.Dk, Dv = p.Dv, group = p.Nv / p.Nk;
   const bool kv = p.options.state_layout == StateLayout::kKV;
   res->out.assign(static_cast<size_t>(p.T * p.Nv * Dv), 0.0);
   res->final_state.assign(static_cast<size_t>(p.B * p.Nv * Dk * Dv), 0.0);
+  res->checkpoint_states.assign(static_cast<size_t>(p.checkpoints * p.Nv * Dk * Dv), 0.0);
+  const int64_t every = p.options.checkpoint_every;
+  const auto store = [&](std::vector<double>& dst, int64_t base, const std::vector<double>& S) {
+    for (int64_t k = 0; k < Dk; ++k)
+      for (int64_t v = 0; v < Dv; ++v) dst[base + (kv ? k * Dv + v : v * Dk + k)] = S[k * Dv + v];
+  };
   std::vector<double> S(static_cast<size_t>(Dk * Dv));  // S[k * Dv + v]
-  int64_t t0 = 0;
+  int64_t t0 = 0, c0 = 0;
   for (int64_t b = 0; b < p.B; ++b) {
     const int64_t len = p.seq_lens[b];
     for (int64_t h = 0; h < p.Nv; ++h) {
       if (!Wanted(heads, h)) continue;
       const int64_t hk = h / group;
       const int64_t sbase = (b * p.Nv + h) * Dk * Dv;
+      const int64_t slot = p.Slot(b), ibase = slot * p.SlotStride() + h * Dk * Dv;
+      const bool from_state = in.initial_state.present() && slot >= 0;
       for (int64_t k = 0; k < Dk; ++k)
         for (int64_t v = 0; v < Dv; ++v)
-          S[k * Dv + v] = in.initial_state.present()
-                              ? LoadAsF32(in.initial_state.data, in.initial_state.dtype,
-                                          sbase + (kv ? k * Dv + v : v * Dk + k))
-                              : 0.0;
+          S[k * Dv + v] = from_state ? LoadAsF32(in.initial_state.data, in.initial_state.dtype,
+                                                 ibase + (kv ? k * Dv + v : v * Dk + k))
+                                     : 0.0;
       for (int64_t t = t0; t < t0 + len; ++t) {
         const auto q = Row(in.query, t * p.Nk + hk, Dk, p.options.use_qk_l2norm);
         const auto kk = Row(in.key, t * p.Nk + hk, Dk, p.options.use_qk_l2norm);
         const auto v = Row(in.value, t * p.Nv + h, Dv, false);
-        const double beta = LoadAsF32(in.beta.data, in.beta.dtype, t * p.Nv + h);
-        const double decay = in.g.present() ? std::exp(static_cast<double>(LoadAsF32(in.g.data, in.g.dtype, t * p.Nv + h))) : 1.0;
+        const double b_in = LoadAsF32(in.beta.data, in.beta.dtype, t * p.Nv + h);
+        const double beta = p.options.use_beta_sigmoid ? ReferenceSigmoid(b_in) : b_in;
+        const double decay = std::exp(Decay(in, t, p.Nv, h));
         for (double& s : S) s *= decay;
         for (int64_t j = 0; j < Dv; ++j) {
           double stk = 0.0;
@@ -65,11 +89,13 @@ void ReferenceRun(const Inputs& in, const Problem& p, ReferenceResult* res, cons
           for (int64_t i = 0; i < Dk; ++i) o += S[i * Dv + j] * q[i];
           res->out[(t * p.Nv + h) * Dv + j] = p.scale * o;
         }
+        const int64_t done = t + 1 - t0;
+        if (every > 0 && done % every == 0) store(res->checkpoint_states, ((c0 + done / every - 1) * p.Nv + h) * Dk * Dv, S);
       }
-      for (int64_t k = 0; k < Dk; ++k)
-        for (int64_t v = 0; v < Dv; ++v) res->final_state[sbase + (kv ? k * Dv + v : v * Dk + k)] = S[k * Dv + v];
+      store(res->final_state, sbase, S);
     }
     t0 += len;
+    if (every > 0) c0 += len / every;
   }
 }
 

@@ -11,11 +11,20 @@ namespace cgdr {
 
 struct ReferenceResult {
   std::vector<double> out;          // [T, Nv, Dv]
-  std::vector<double> final_state;  // [B, Nv, ...] in the problem's state layout
+  std::vector<double> final_state;  // [B, Nv, ...] in the problem's state layout, one per sequence (pools too)
+  std::vector<double> checkpoint_states;  // [p.checkpoints, Nv, ...] (docs/SPEC.md 6d)
 };
+
+// The FP64 formulas of the serving inputs (docs/SPEC.md 6d): the log-decay
+// from the raw gate, g = -exp(A_log) * softplus(a + dt_bias) (softplus with
+// torch's threshold 20), and beta = sigmoid(b).
+double ReferenceGate(double a, double a_log, double dt_bias);
+double ReferenceSigmoid(double b);
 
 // Runs the recurrence for the value heads listed in `heads` (all when empty);
 // entries of other heads stay 0. `in` must have passed Validate into `p`.
+// Serving inputs are honoured: the raw gate, beta sigmoid, state pools (a
+// sequence starts from its slot of initial_state, or zeros) and checkpoints.
 void ReferenceRun(const Inputs& in, const Problem& p, ReferenceResult* result, const std::vector<int64_t>& heads = {});
 
 // ||x - ref||_F / ||ref||_F over the entries of the listed heads (all if empty),

@@ -1,9 +1,12 @@
 #include "validate/checks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/scan.h"
@@ -59,27 +62,64 @@ Status CheckShape(const char* name, const TensorView& t, std::initializer_list<i
   return Status::Invalid(Cat(name, ": expected shape ", dims, " = ", ws.str(), ", got ", t.ShapeString()));
 }
 
+Status CheckShape(const char* name, const TensorView& t, const std::vector<int64_t>& want, const char* dims) {
+  bool same = t.rank == static_cast<int>(want.size());
+  for (int i = 0; same && i < t.rank; ++i) same = t.shape[i] == want[static_cast<size_t>(i)];
+  if (same) return Status::Ok();
+  std::ostringstream ws;
+  ws << "[";
+  for (size_t i = 0; i < want.size(); ++i) ws << (i ? ", " : "") << want[i];
+  ws << "]";
+  return Status::Invalid(Cat(name, ": expected shape ", dims, " = ", ws.str(), ", got ", t.ShapeString()));
+}
+
 namespace {
 
 // The dimension strings of CheckTokenInputs' messages, per token axis.
 struct TokenAxisNames {
   const char *query, *key, *value, *value_tokens, *head;
+  int lead;  // leading (token) dimensions
 };
 constexpr TokenAxisNames kAxisT{"[T, Nk, Dk]", "[T, Nk, Dk] as query", "[T, Nv, Dv]", "[T, Nv, Dv] with T of query",
-                                "[T, Nv]"};
+                                "[T, Nv]", 1};
 constexpr TokenAxisNames kAxisN{"[N, Nk, Dk]", "[N, Nk, Dk] as query", "[N, Nv, Dv]", "[N, Nv, Dv] with N of query",
-                                "[N, Nv]"};
+                                "[N, Nv]", 1};
+constexpr TokenAxisNames kAxisNK{"[N, K, Nk, Dk]", "[N, K, Nk, Dk] as query", "[N, K, Nv, Dv]",
+                                 "[N, K, Nv, Dv] with N, K of query", "[N, K, Nv]", 2};
+
+const TokenAxisNames& AxisNames(TokenAxis axis) {
+  switch (axis) {
+    case TokenAxis::kTokens: return kAxisT;
+    case TokenAxis::kSequences: return kAxisN;
+    default: return kAxisNK;
+  }
+}
 
 }  // namespace
 
+std::vector<int64_t> TokenDims::Shape(std::initializer_list<int64_t> tail) const {
+  std::vector<int64_t> s{tokens};
+  if (axis == TokenAxis::kDraftTokens) s.push_back(per_sequence);
+  s.insert(s.end(), tail.begin(), tail.end());
+  return s;
+}
+
+const char* TokenDims::HeadDims() const { return AxisNames(axis).head; }
+
 Status CheckTokenInputs(TokenAxis axis, const TensorView& query, const TensorView& key, const TensorView& value,
                         const TensorView& beta, const TensorView& g, TokenDims* dims) {
-  const TokenAxisNames& x = axis == TokenAxis::kTokens ? kAxisT : kAxisN;
-  CGDR_TRY(CheckRank("query", query, 3, x.query));
+  const TokenAxisNames& x = AxisNames(axis);
+  const int lead = x.lead;
+  CGDR_TRY(CheckRank("query", query, lead + 2, x.query));
   CGDR_TRY(CheckFloatDType("query", query));
-  const int64_t tokens = query.shape[0], Nk = query.shape[1], Dk = query.shape[2];
-  CGDR_TRY(CheckRank("value", value, 3, x.value));
-  const int64_t Nv = value.shape[1], Dv = value.shape[2];
+  const int64_t tokens = query.shape[0], Nk = query.shape[lead], Dk = query.shape[lead + 1];
+  const int64_t K = lead == 2 ? query.shape[1] : 1;
+  if (lead == 2 && (K < 1 || K > kMaxDraftTokens)) {
+    return Status::Invalid(Cat("query: expected K in [1, ", kMaxDraftTokens, "] tokens per sequence, got shape ",
+                               query.ShapeString()));
+  }
+  CGDR_TRY(CheckRank("value", value, lead + 2, x.value));
+  const int64_t Nv = value.shape[lead], Dv = value.shape[lead + 1];
   if (Nk == 0) return Status::Invalid(Cat("query: expected Nk >= 1 heads, got shape ", query.ShapeString()));
   if (Nv == 0) return Status::Invalid(Cat("value: expected Nv >= 1 heads, got shape ", value.ShapeString()));
   if (Nv % Nk != 0) {
@@ -89,25 +129,118 @@ Status CheckTokenInputs(TokenAxis axis, const TensorView& query, const TensorVie
   if (Dv < 1 || Dv > kMaxHeadDim) return Status::Invalid(Cat("value: expected Dv in [1, ", kMaxHeadDim, "], got Dv = ", Dv));
 
   const DType dt = query.dtype;
-  CGDR_TRY(CheckShape("key", key, {tokens, Nk, Dk}, x.key));
+  TokenDims d;
+  d.tokens = tokens;
+  d.per_sequence = K;
+  d.Nk = Nk;
+  d.Nv = Nv;
+  d.Dk = Dk;
+  d.Dv = Dv;
+  d.dtype = dt;
+  d.axis = axis;
+  CGDR_TRY(CheckShape("key", key, d.Shape({Nk, Dk}), x.key));
   CGDR_TRY(CheckSameDType("key", key, dt, "same as query"));
-  CGDR_TRY(CheckShape("value", value, {tokens, Nv, Dv}, x.value_tokens));
+  CGDR_TRY(CheckShape("value", value, d.Shape({Nv, Dv}), x.value_tokens));
   CGDR_TRY(CheckSameDType("value", value, dt, "same as query"));
-  CGDR_TRY(CheckRank("beta", beta, 2, x.head));
-  CGDR_TRY(CheckShape("beta", beta, {tokens, Nv}, x.head));
+  CGDR_TRY(CheckRank("beta", beta, lead + 1, x.head));
+  CGDR_TRY(CheckShape("beta", beta, d.Shape({Nv}), x.head));
   CGDR_TRY(CheckSameDType("beta", beta, dt, "same as query"));
   if (g.present()) {
-    CGDR_TRY(CheckRank("g", g, 2, x.head));
-    CGDR_TRY(CheckShape("g", g, {tokens, Nv}, x.head));
+    CGDR_TRY(CheckRank("g", g, lead + 1, x.head));
+    CGDR_TRY(CheckShape("g", g, d.Shape({Nv}), x.head));
     CGDR_TRY(CheckFloatDType("g", g));
   }
-  *dims = TokenDims{tokens, Nk, Nv, Dk, Dv, dt};
+  *dims = d;
+  return Status::Ok();
+}
+
+Status CheckGate(const GateViews& gate, const TensorView& g, const TokenDims& dims) {
+  if (!gate.a.present()) {
+    if (gate.A_log.present()) return Status::Invalid("A_log: given without the raw gate 'a' it applies to");
+    if (gate.dt_bias.present()) return Status::Invalid("dt_bias: given without the raw gate 'a' it applies to");
+    return Status::Ok();
+  }
+  if (g.present()) {
+    return Status::Invalid(
+        "a: expected either g or the raw gate a (g = -exp(A_log) * softplus(a + dt_bias) in the kernel), got both");
+  }
+  const int lead = dims.axis == TokenAxis::kDraftTokens ? 2 : 1;
+  CGDR_TRY(CheckRank("a", gate.a, lead + 1, dims.HeadDims()));
+  CGDR_TRY(CheckShape("a", gate.a, dims.Shape({dims.Nv}), dims.HeadDims()));
+  CGDR_TRY(CheckFloatDType("a", gate.a));
+  if (!gate.A_log.present()) {
+    return Status::Invalid("A_log: required tensor is missing (the raw gate a needs A_log [Nv]: g = -exp(A_log) * "
+                           "softplus(a + dt_bias))");
+  }
+  CGDR_TRY(CheckRank("A_log", gate.A_log, 1, "[Nv]"));
+  CGDR_TRY(CheckShape("A_log", gate.A_log, {dims.Nv}, "[Nv]"));
+  CGDR_TRY(CheckFloatDType("A_log", gate.A_log));
+  if (gate.dt_bias.present()) {
+    CGDR_TRY(CheckRank("dt_bias", gate.dt_bias, 1, "[Nv]"));
+    CGDR_TRY(CheckShape("dt_bias", gate.dt_bias, {dims.Nv}, "[Nv]"));
+    CGDR_TRY(CheckFloatDType("dt_bias", gate.dt_bias));
+  }
+  return Status::Ok();
+}
+
+Status CheckSlotIndices(const char* name, const TensorView& idx, int64_t slots, const char* negative) {
+  const auto* v = static_cast<const int32_t*>(idx.data);
+  const int64_t n = idx.numel();
+  std::vector<std::pair<int32_t, int64_t>> used;  // (index, position)
+  used.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    if (v[i] < 0) continue;  // no slot
+    if (v[i] >= slots) {
+      return Status::Invalid(Cat(name, ": expected indices < P = ", slots, " (pool size) or negative (", negative, "), got ", v[i],
+                                 " at index ", IndexString(idx, i)));
+    }
+    used.emplace_back(v[i], i);
+  }
+  std::sort(used.begin(), used.end());
+  for (size_t i = 1; i < used.size(); ++i) {
+    if (used[i].first == used[i - 1].first) {
+      return Status::Invalid(Cat(name, ": expected distinct non-negative indices, got ", used[i].first, " at indices ",
+                                 IndexString(idx, used[i - 1].second), " and ", IndexString(idx, used[i].second)));
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckSlotStride(const Options& opt, int64_t slot_elems, int64_t* stride) {
+  if (opt.state_slot_stride == 0) {
+    *stride = slot_elems;
+    return Status::Ok();
+  }
+  if (opt.state_slot_stride < slot_elems || opt.state_slot_stride > kMaxElements) {
+    return Status::Invalid(Cat("options.state_slot_stride: expected 0 (dense) or ", slot_elems,
+                               " (Nv * Dk * Dv) .. ", kMaxElements, " elements, got ", opt.state_slot_stride));
+  }
+  *stride = opt.state_slot_stride;
+  return Status::Ok();
+}
+
+Status CheckSlotExtent(const char* name, const TensorView& t, int64_t stride) {
+  const int64_t slots = t.shape[0], slot = slots > 0 ? t.numel() / slots : 0;
+  if (slots > 0 && (slots - 1) > (kMaxElements - slot) / stride) {
+    return Status::Invalid(Cat(name, ": ", slots, " slots ", stride,
+                               " elements apart (options.state_slot_stride) reach past the element limit (max ",
+                               kMaxElements, ")"));
+  }
   return Status::Ok();
 }
 
 ByteRange BytesOf(const TensorView& t) {
   const auto b = reinterpret_cast<uintptr_t>(t.data);
   return {b, b + static_cast<uintptr_t>(t.numel()) * DTypeSize(t.dtype)};
+}
+
+ByteRange BytesOfSlots(const TensorView& t, int64_t slot_stride) {
+  const ByteRange dense = BytesOf(t);
+  const int64_t slots = t.rank > 0 ? t.shape[0] : 0;
+  if (slots < 1) return dense;
+  const auto esize = static_cast<uintptr_t>(DTypeSize(t.dtype));
+  const auto slot_bytes = static_cast<uintptr_t>(t.numel() / slots) * esize;
+  return {dense.begin, dense.begin + static_cast<uintptr_t>(slots - 1) * static_cast<uintptr_t>(slot_stride) * esize + slot_bytes};
 }
 
 bool Overlap(ByteRange a, ByteRange b) {

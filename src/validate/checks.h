@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "cgdr/cgdr.hpp"
 
@@ -26,24 +27,53 @@ Status CheckSameDType(const char* name, const TensorView& t, DType want, const c
 // Rank first (so later shape[] reads are meaningful), then sign and size.
 Status CheckRank(const char* name, const TensorView& t, int rank, const char* dims);
 Status CheckShape(const char* name, const TensorView& t, std::initializer_list<int64_t> want, const char* dims);
+Status CheckShape(const char* name, const TensorView& t, const std::vector<int64_t>& want, const char* dims);
 
 // query [X, Nk, Dk], key, value [X, Nv, Dv], beta [X, Nv] and g (optional)
-// of one call, X the token axis: T tokens (prefill) or N sequences of one
-// token (decode). The head counts and widths, and that key, value, beta
-// share query's dtype.
-enum class TokenAxis { kTokens, kSequences };
+// of one call, X the token axes: T tokens (prefill), N sequences of one
+// token (decode) or N sequences of K draft tokens (decode with a token axis:
+// X = N, K). The head counts and widths, and that key, value, beta share
+// query's dtype.
+enum class TokenAxis { kTokens, kSequences, kDraftTokens };
 struct TokenDims {
   int64_t tokens = 0, Nk = 0, Nv = 0, Dk = 0, Dv = 0;
+  int64_t per_sequence = 1;  // K: tokens per sequence (kDraftTokens), else 1
   DType dtype = DType::kF32;
+  TokenAxis axis = TokenAxis::kTokens;
+  // Leading dimensions X followed by `tail` (the shape of a per-token tensor).
+  std::vector<int64_t> Shape(std::initializer_list<int64_t> tail) const;
+  const char* HeadDims() const;  // "[T, Nv]", "[N, Nv]" or "[N, K, Nv]": beta's, g's and a's
 };
 Status CheckTokenInputs(TokenAxis axis, const TensorView& query, const TensorView& key, const TensorView& value,
                         const TensorView& beta, const TensorView& g, TokenDims* dims);
+
+// The gate in the kernel (SPEC 6d): a shaped as beta (dims.HeadDims()), any
+// float dtype, with A_log [Nv] and optional dt_bias [Nv]; never with g.
+struct GateViews {
+  const TensorView &a, &A_log, &dt_bias;
+};
+Status CheckGate(const GateViews& gate, const TensorView& g, const TokenDims& dims);
+
+// Slot indices (int32, any shape) into pools of `slots` slots: each below
+// `slots` (negative: none), and the non-negative ones distinct (two writers of
+// one slot would race).
+// `negative`: what a negative index means, for the message ("skip").
+Status CheckSlotIndices(const char* name, const TensorView& idx, int64_t slots, const char* negative);
+// Options::state_slot_stride for slots of `slot_elems` elements: 0 (dense) or
+// at least slot_elems. Returns the resolved stride in *stride.
+Status CheckSlotStride(const Options& opt, int64_t slot_elems, int64_t* stride);
+// A state tensor [P, ...] whose slots are `stride` elements apart: its last
+// slot ends within the element limit (64-bit offsets never wrap).
+Status CheckSlotExtent(const char* name, const TensorView& t, int64_t stride);
 
 // Byte range [begin, end) of a tensor, for overlap checks.
 struct ByteRange {
   uintptr_t begin = 0, end = 0;
 };
 ByteRange BytesOf(const TensorView& t);
+// A state tensor whose slots (first index) are `slot_stride` elements apart:
+// from its first element to the end of its last slot.
+ByteRange BytesOfSlots(const TensorView& t, int64_t slot_stride);
 bool Overlap(ByteRange a, ByteRange b);
 
 // Options both entry points read: state_layout, threads, scale.

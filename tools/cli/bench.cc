@@ -324,40 +324,54 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// One call of a timed set: its own views (the serving variants differ in
+// their tensors, not only in their options).
+struct Call {
+  Inputs in;
+  Outputs out;
+  Options opt;
+};
+
 // One warm-up run of each option (faults in pages, scratch, dispatch), then
 // `reps` rounds in which the options run once each, in turn; when reps == 0,
 // enough rounds to fill ~min_s per option (at least 3; fewer only for rounds
 // that alone take seconds). In turn, so that a slow minute of a shared
 // machine falls on every option alike: what they are compared on (--algo
 // all, check_values on/off) is then the options, not the minutes.
-Status TimeRunsInTurn(const Inputs& in, const Outputs& out, const std::vector<Options>& opts, int reps, double min_s,
-                      std::vector<Timing>* timings) {
+Status TimeCallsInTurn(const std::vector<Call>& calls, int reps, double min_s, std::vector<Timing>* timings) {
   auto t0 = Clock::now();
-  for (const Options& o : opts) {
-    if (Status s = Run(in, out, o); !s.ok()) return s;
+  for (const Call& c : calls) {
+    if (Status s = Run(c.in, c.out, c.opt); !s.ok()) return s;
   }
   const double round = Since(t0);
   if (reps <= 0) {
-    const double budget = min_s * static_cast<double>(opts.size());
+    const double budget = min_s * static_cast<double>(calls.size());
     const int min_reps = round > 3.0 ? 1 : round > 1.0 ? 2 : 3;
     reps = std::clamp(static_cast<int>(std::ceil(budget / std::max(round, 1e-6))), min_reps, 200);
   }
-  std::vector<std::vector<double>> times(opts.size());
+  std::vector<std::vector<double>> times(calls.size());
   for (int i = 0; i < reps; ++i) {
-    for (size_t k = 0; k < opts.size(); ++k) {
+    for (size_t k = 0; k < calls.size(); ++k) {
       t0 = Clock::now();
-      const Status s = Run(in, out, opts[k]);
+      const Status s = Run(calls[k].in, calls[k].out, calls[k].opt);
       times[k].push_back(Since(t0));
       if (!s.ok()) return s;
     }
   }
-  timings->assign(opts.size(), Timing{});
-  for (size_t k = 0; k < opts.size(); ++k) {
+  timings->assign(calls.size(), Timing{});
+  for (size_t k = 0; k < calls.size(); ++k) {
     (*timings)[k].median_s = Median(times[k]);
     (*timings)[k].best_s = *std::min_element(times[k].begin(), times[k].end());
     (*timings)[k].reps = reps;
   }
   return Status::Ok();
+}
+
+Status TimeRunsInTurn(const Inputs& in, const Outputs& out, const std::vector<Options>& opts, int reps, double min_s,
+                      std::vector<Timing>* timings) {
+  std::vector<Call> calls;
+  for (const Options& o : opts) calls.push_back(Call{in, out, o});
+  return TimeCallsInTurn(calls, reps, min_s, timings);
 }
 
 Status PlanFor(const Inputs& in, const Outputs& out, const Options& opt, Plan* plan) {
@@ -573,6 +587,47 @@ Status CheckValuesOverhead(Case& data, const RowSpec& spec, const BenchConfig& c
   r->extra["check_values_off_seconds"] = off.median_s;
   r->extra["check_values_on_seconds"] = on.median_s;
   r->extra["check_values_overhead_pct"] = pct;
+  return Status::Ok();
+}
+
+// The serving features (docs/SPEC.md 6d) on the flagship, timed in turn with
+// the same run: the gate in the kernel (a, A_log, dt_bias instead of g: the
+// row's g serves as a, A_log = dt_bias = 0) and checkpoints every 256 tokens
+// (f32).
+Status ServingOverhead(Case& data, const RowSpec& spec, const BenchConfig& cfg, RowResult* r) {
+  constexpr int64_t kEvery = 256;
+  Call base;
+  RowViews(data, spec.lens, &base.in, &base.out);
+  base.opt = data.options();
+  base.opt.algo = r->requested;
+  base.opt.precision = cfg.precision;
+  base.opt.engine = cfg.engine;
+  base.opt.threads = r->threads;
+  std::vector<float> zeros(static_cast<size_t>(spec.Nv), 0.0f);
+  Call gate = base;
+  gate.in.a = base.in.g;
+  gate.in.g = TensorView();
+  gate.in.A_log = TensorView(zeros.data(), DType::kF32, {spec.Nv});
+  gate.in.dt_bias = gate.in.A_log;
+  Call ckpt = base;
+  int64_t rows = 0;
+  for (int32_t l : spec.lens) rows += l / kEvery;
+  const TensorView& fs = base.out.final_state;
+  Bytes states(static_cast<size_t>(rows * fs.shape[1] * fs.shape[2] * fs.shape[3]) * sizeof(float) + 1);
+  ckpt.opt.checkpoint_every = kEvery;
+  ckpt.out.checkpoint_states = TensorView(states.data(), DType::kF32, {rows, fs.shape[1], fs.shape[2], fs.shape[3]});
+  std::vector<Timing> t;
+  if (Status s = TimeCallsInTurn({base, gate, ckpt}, cfg.reps, cfg.quick ? 0.15 : 0.5, &t); !s.ok()) return s;
+  const double gate_pct = 100.0 * (t[1].median_s - t[0].median_s) / t[0].median_s;
+  const double ckpt_pct = 100.0 * (t[2].median_s - t[0].median_s) / t[0].median_s;
+  std::printf("  -> serving: g given %.3f ms; gate in the kernel %.3f ms: %+.1f%%; checkpoints every %lld %.3f ms: %+.1f%%\n",
+              t[0].median_s * 1e3, t[1].median_s * 1e3, gate_pct, static_cast<long long>(kEvery), t[2].median_s * 1e3,
+              ckpt_pct);
+  r->extra["serving_base_seconds"] = t[0].median_s;
+  r->extra["gate_in_kernel_seconds"] = t[1].median_s;
+  r->extra["gate_in_kernel_overhead_pct"] = gate_pct;
+  r->extra["checkpoints_256_seconds"] = t[2].median_s;
+  r->extra["checkpoints_256_overhead_pct"] = ckpt_pct;
   return Status::Ok();
 }
 
@@ -915,6 +970,7 @@ int BenchMain(int argc, char** argv) {
       for (const RowResult& r : variants) PrintRow(r);
     }
     if (s.ok() && spec.group == "flagship") s = CheckValuesOverhead(data, spec, cfg, &variants[0]);
+    if (s.ok() && spec.group == "flagship") s = ServingOverhead(data, spec, cfg, &variants[0]);
     if (!s.ok()) return cli::ReportError(Status(s.code(), "bench row " + spec.name + ": " + s.message()));
     if (cfg.all_algos && variants.size() > 1) CompareAlgos(variants);
     for (auto& v : variants) results.push_back(std::move(v));

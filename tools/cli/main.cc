@@ -54,7 +54,8 @@ const char kRunUsage[] =
     "                [--quiet] [--print-plan]\n"
     "  CASE: tensors query, key, value, beta, seq_lens (int32), optional g and initial_state\n"
     "        (out and final_state may ride along, ignored); metadata scale, state_layout (vk|kv),\n"
-    "        use_qk_l2norm (true|false). Header: at most 100 MiB, 1048576 tensors, rank 8.\n"
+    "        use_qk_l2norm (true|false), use_beta_sigmoid (true|false); a, A_log, dt_bias (optional):\n"
+    "        the gate in the kernel instead of g (SPEC 6d). Header: at most 100 MiB, 1048576 tensors, rank 8.\n"
     "  RESULT: out (dtype of query) and final_state (dtype of initial_state, else query),\n"
     "        written to a temporary file and renamed over RESULT: a new file, a regular file,\n"
     "        or where a symbolic link leads; never a directory, device, FIFO or socket.\n"
@@ -78,7 +79,9 @@ const char kPlanUsage[] =
 const char kMakeCaseUsage[] =
     "usage: cgdr make-case --out FILE [--t T | --lens 3,0,5] [--nk 2] [--nv 4] [--dk 16] [--dv 16]\n"
     "                      [--dtype f32] [--state-dtype DT] [--g-dtype f32] [--layout vk|kv]\n"
-    "                      [--no-g] [--no-state] [--l2norm] [--scale X] [--seed N] [--break KIND]\n"
+    "                      [--no-g] [--no-state] [--l2norm] [--raw-gate] [--beta-sigmoid] [--scale X]\n"
+    "                      [--seed N] [--break KIND]\n"
+    "  --raw-gate: a, A_log, dt_bias instead of g; --beta-sigmoid: beta holds raw logits (SPEC 6d).\n"
     "  A synthetic, well-conditioned case (testing). --break writes a deliberately bad one:\n"
     "  beta-i32, key-shape, seq-lens, missing-beta, bad-layout, unknown-tensor.\n";
 
@@ -237,7 +240,7 @@ Status MakeCaseFile(int argc, char** argv, bool* help) {
   CGDR_CLI_TRY(a.Parse("make-case", argc, argv,
                        {"--out", "--t", "--lens", "--nk", "--nv", "--dk", "--dv", "--dtype", "--state-dtype",
                         "--g-dtype", "--layout", "--scale", "--seed", "--break"},
-                       {"--no-g", "--no-state", "--l2norm"}));
+                       {"--no-g", "--no-state", "--l2norm", "--raw-gate", "--beta-sigmoid"}));
   if ((*help = MaybeHelp(a, kMakeCaseUsage))) return Status::Ok();
   std::string path;
   CGDR_CLI_TRY(a.Require("--out", &path));
@@ -319,6 +322,8 @@ Status ParseCaseSpec(const Args& a, const CaseSpec& defaults, CaseSpec* spec) {
   spec->has_g = !a.Has("--no-g");
   spec->has_initial_state = !a.Has("--no-state");
   spec->use_qk_l2norm = a.Has("--l2norm");
+  spec->raw_gate = a.Has("--raw-gate");
+  spec->beta_sigmoid = a.Has("--beta-sigmoid");
   if (a.Has("--scale")) {
     const std::string s = a.Get("--scale");
     char* end = nullptr;

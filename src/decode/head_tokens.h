@@ -1,0 +1,29 @@
+// One (sequence, value head) item of a decode call as its kernel sees it
+// (decode.cc): the K tokens' rows in FP32, and where the item's state comes
+// from and where it goes after each token (docs/SPEC.md 6b, 6d).
+#pragma once
+
+#include <cstdint>
+
+namespace cgdr {
+
+struct HeadTokens {
+  int64_t K = 1, Dk = 0, Dv = 0;
+  int64_t row = 0;  // floats from one token's q, k, v or o row to the next (padded for the vectors)
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  float* o = nullptr;
+  const float* beta = nullptr;   // [K]
+  const float* decay = nullptr;  // [K]: exp(g)
+  float scale = 1.0f;
+  const void* src = nullptr;      // the state in the pool, read once
+  void* const* dst = nullptr;     // [K]: where the state after token j goes (null: nowhere)
+  void* carry = nullptr;          // Dk * Dv elements of the pool's dtype between tokens
+  float* acc = nullptr;           // layout kv: Dv floats padded
+  float* u = nullptr;
+  // One token whose state goes back where it came from: the plain decode step.
+  bool InPlace() const { return K == 1 && dst[0] == src; }
+};
+
+}  // namespace cgdr
