@@ -23,10 +23,11 @@ constexpr int64_t kMaxWork = 1 << 15;  // T * Nv * Dk * Dv: keeps one input well
 
 // SPEC 6: 2e-5 in f32; for 16-bit outputs twice the rounding error of the
 // FP64 answer itself, plus the f32 allowance (see also CheckError). The
-// precision modes' own allowances replace the f32 one (tests/precision_test.cc:
-// bf16x3 / bf16x4 twice it, bf16 1.5e-2).
+// precision modes' own allowances replace the f32 one (bf16x3 / bf16x4 twice
+// it; bf16 3e-2, its bound for any input: docs/SPEC.md 6c; the tests' 1.5e-2
+// holds only where a chunk's keys are not all parallel).
 double Limit(const std::vector<double>& ref, DType t, Precision precision) {
-  const double f32 = precision == Precision::kBf16 ? 1.5e-2 : precision == Precision::kFp32 ? 2e-5 : 4e-5;
+  const double f32 = precision == Precision::kBf16 ? 3e-2 : precision == Precision::kFp32 ? 2e-5 : 4e-5;
   return t == DType::kF32 ? f32 : 2.0 * RoundingError(ref, t) + f32;
 }
 
