@@ -4,6 +4,10 @@
 // output buffers.
 #pragma once
 
+#include <sys/mman.h>
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -75,5 +79,20 @@ class Guarded {
   size_t pre_, bytes_;
   std::vector<uint8_t> mem_;
 };
+
+// The input as a file in memory, for readers that take a path: one memfd per
+// process, rewritten for each input; the path is /proc/self/fd/N.
+inline std::string WriteToMemFile(const uint8_t* data, size_t size) {
+  static const int fd = memfd_create("cgdr_fuzz_input", 0);
+  FUZZ_CHECK(fd >= 0, "memfd_create failed");
+  FUZZ_CHECK(ftruncate(fd, 0) == 0, "ftruncate");
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t w = pwrite(fd, data + done, size - done, static_cast<off_t>(done));
+    FUZZ_CHECK(w > 0, "pwrite");
+    done += static_cast<size_t>(w);
+  }
+  return "/proc/self/fd/" + std::to_string(fd);
+}
 
 }  // namespace cgdr::fuzz

@@ -8,9 +8,6 @@
 //    output buffers (when small) and, for tiny problems, runs;
 //  - writing the accepted tensors back (SerializeSafetensors) and parsing the
 //    result gives the same names, dtypes, shapes, bytes and metadata.
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -73,21 +70,6 @@ void CheckRoundTrip(const SafetensorsFile& f) {
     FUZZ_CHECK(u->dtype == t.dtype && u->shape == t.shape && u->nbytes == t.nbytes, t.name + ": changed");
     FUZZ_CHECK(std::memcmp(u->data, t.data, static_cast<size_t>(t.nbytes)) == 0, t.name + ": bytes changed");
   }
-}
-
-// A file descriptor in memory holding the input, reopened by path each time
-// (LoadCase wants a path). One per process, reused across inputs.
-std::string WriteToMemFile(const uint8_t* data, size_t size) {
-  static const int fd = memfd_create("cgdr_fuzz_case", 0);
-  FUZZ_CHECK(fd >= 0, "memfd_create failed");
-  FUZZ_CHECK(ftruncate(fd, 0) == 0, "ftruncate");
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t w = pwrite(fd, data + done, size - done, static_cast<off_t>(done));
-    FUZZ_CHECK(w > 0, "pwrite");
-    done += static_cast<size_t>(w);
-  }
-  return "/proc/self/fd/" + std::to_string(fd);
 }
 
 constexpr int64_t kMaxOutputBytes = 8 << 20;  // PrepareOutputs allocates; keep the fuzzer's memory small

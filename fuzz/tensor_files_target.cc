@@ -8,9 +8,6 @@
 //    also holds q.bin (64 bytes) and e.bin (empty) for it to name.
 // Checked for every input: no crash, errors are one non-empty line, accepted
 // tensors are sized numel * dtype and readable end to end (ASan checks).
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -40,20 +37,6 @@ void CheckView(const std::string& name, const TensorView& v) {
   uint64_t sum = 0;
   for (int64_t i = 0; i < bytes; ++i) sum += static_cast<const uint8_t*>(v.data)[i];
   FUZZ_CHECK(sum != ~uint64_t{0}, "unreachable");  // keeps the reads
-}
-
-// The input in a file in memory (one per process, rewritten for each input).
-std::string WriteToMemFile(const uint8_t* data, size_t size) {
-  static const int fd = memfd_create("cgdr_fuzz_npy", 0);
-  FUZZ_CHECK(fd >= 0, "memfd_create failed");
-  FUZZ_CHECK(ftruncate(fd, 0) == 0, "ftruncate");
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t w = pwrite(fd, data + done, size - done, static_cast<off_t>(done));
-    FUZZ_CHECK(w > 0, "pwrite");
-    done += static_cast<size_t>(w);
-  }
-  return "/proc/self/fd/" + std::to_string(fd);
 }
 
 void FuzzNpy(const uint8_t* data, size_t size) {

@@ -19,6 +19,7 @@
 #include "cgdr/cgdr.h"
 #include "cgdr/cgdr.hpp"
 #include "cgdr/decode.hpp"
+#include "c_args.h"
 #include "core/synthetic.h"
 #include "io/case_file.h"
 #include "io/npy.h"
@@ -28,6 +29,7 @@
 #include "validate/checks.h"
 
 namespace cgdr {
+using testing::ToCPrefill;
 namespace {
 
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
@@ -260,30 +262,9 @@ Status WithHandle(F&& set) {
 // A C prefill whose initial_state descriptor has `rank` and `dtype`.
 Status CPrefillWith(int32_t rank, int dtype) {
   Case c = MakeCase(Small());
-  const Inputs in = c.inputs();
-  const Outputs out = c.outputs();
-  auto to_c = [](const TensorView& v) {
-    cgdr_tensor t;
-    std::memset(&t, 0, sizeof t);
-    t.data = v.data;
-    t.dtype = static_cast<cgdr_dtype>(v.dtype);
-    t.rank = v.rank;
-    for (int i = 0; i < v.rank; ++i) t.shape[i] = v.shape[i];
-    return t;
-  };
-  cgdr_prefill_args a;
-  std::memset(&a, 0, sizeof a);
-  a.query = to_c(in.query);
-  a.key = to_c(in.key);
-  a.value = to_c(in.value);
-  a.beta = to_c(in.beta);
-  a.g = to_c(in.g);
-  a.initial_state = to_c(in.initial_state);
+  cgdr_prefill_args a = ToCPrefill(c.inputs(), c.outputs());
   a.initial_state.rank = rank;
-  std::memcpy(&a.initial_state.dtype, &dtype, sizeof dtype);
-  a.seq_lens = to_c(in.seq_lens);
-  a.out = to_c(out.out);
-  a.final_state = to_c(out.final_state);
+  std::memcpy(&a.initial_state.dtype, &dtype, sizeof dtype);  // any int, even one outside the enum
   return FromC(cgdr_prefill(&a, nullptr));
 }
 

@@ -16,9 +16,14 @@
 #include "cgdr/cgdr.h"
 #include "cgdr/cgdr.hpp"
 #include "cgdr/decode.hpp"
+#include "c_args.h"
 #include "core/synthetic.h"
 
 namespace cgdr {
+using testing::ToCDecode;
+using testing::ToCDecodeExtra;
+using testing::ToCPrefill;
+using testing::ToCPrefillExtra;
 namespace {
 
 struct Setting {
@@ -102,21 +107,6 @@ std::vector<Setting> Settings() {
   };
 }
 
-cgdr_tensor ToC(const TensorView& v) {
-  cgdr_tensor t;
-  std::memset(&t, 0, sizeof t);
-  t.data = v.data;
-  switch (v.dtype) {
-    case DType::kF16: t.dtype = CGDR_F16; break;
-    case DType::kBF16: t.dtype = CGDR_BF16; break;
-    case DType::kF32: t.dtype = CGDR_F32; break;
-    case DType::kI32: t.dtype = CGDR_I32; break;
-  }
-  t.rank = v.rank;
-  for (int i = 0; i < v.rank; ++i) t.shape[i] = v.shape[i];
-  return t;
-}
-
 // The status of a C++ call as the C API reports it.
 struct Outcome {
   int code = 0;
@@ -165,36 +155,17 @@ struct DecodeCall {
     outs.out = TensorView(out.data(), s.dtype, {n, s.Nv, s.Dv});
   }
 
-  cgdr_decode_args ToCArgs() const {
-    cgdr_decode_args a;
-    std::memset(&a, 0, sizeof a);
-    a.query = ToC(in.query);
-    a.key = ToC(in.key);
-    a.value = ToC(in.value);
-    a.beta = ToC(in.beta);
-    a.g = ToC(in.g);
-    a.state_pool = ToC(in.state_pool);
-    a.state_indices = ToC(in.state_indices);
-    a.out = ToC(outs.out);
-    return a;
-  }
+  cgdr_decode_args ToCArgs() const { return ToCDecode(in, outs); }
 };
 
-cgdr_prefill_args PrefillArgs(Case& c) {
-  const Inputs in = c.inputs();
-  const Outputs out = c.outputs();
-  cgdr_prefill_args a;
-  std::memset(&a, 0, sizeof a);
-  a.query = ToC(in.query);
-  a.key = ToC(in.key);
-  a.value = ToC(in.value);
-  a.beta = ToC(in.beta);
-  a.g = ToC(in.g);
-  a.initial_state = ToC(in.initial_state);
-  a.seq_lens = ToC(in.seq_lens);
-  a.out = ToC(out.out);
-  a.final_state = ToC(out.final_state);
-  return a;
+cgdr_prefill_args PrefillArgs(Case& c) { return ToCPrefill(c.inputs(), c.outputs()); }
+
+// c_args.h's ToC casts DType to cgdr_dtype: the values must agree.
+TEST(CApiDtypes, AgreeWithCpp) {
+  EXPECT_EQ(static_cast<int>(DType::kF16), CGDR_F16);
+  EXPECT_EQ(static_cast<int>(DType::kBF16), CGDR_BF16);
+  EXPECT_EQ(static_cast<int>(DType::kF32), CGDR_F32);
+  EXPECT_EQ(static_cast<int>(DType::kI32), CGDR_I32);
 }
 
 class CApiParity : public ::testing::TestWithParam<int64_t> {};  // Dk
@@ -327,24 +298,8 @@ void ExpectServingParity(const std::function<void(Inputs&, Outputs&, DecodeInput
 
   const Outcome cpp_prefill = Of(cgdr::Run(cpp_in, cpp_out, opt));
   EXPECT_EQ(cpp_prefill.code == 0, ok) << cpp_prefill.message;
-  cgdr_prefill_args pa;
-  std::memset(&pa, 0, sizeof pa);
-  pa.query = ToC(c_in.query);
-  pa.key = ToC(c_in.key);
-  pa.value = ToC(c_in.value);
-  pa.beta = ToC(c_in.beta);
-  pa.g = ToC(c_in.g);
-  pa.initial_state = ToC(c_in.initial_state);
-  pa.seq_lens = ToC(c_in.seq_lens);
-  pa.out = ToC(c_out.out);
-  pa.final_state = ToC(c_out.final_state);
-  cgdr_prefill_extra pe;
-  std::memset(&pe, 0, sizeof pe);
-  pe.a = ToC(c_in.a);
-  pe.A_log = ToC(c_in.A_log);
-  pe.dt_bias = ToC(c_in.dt_bias);
-  pe.state_indices = ToC(c_in.state_indices);
-  pe.checkpoint_states = ToC(c_out.checkpoint_states);
+  const cgdr_prefill_args pa = ToCPrefill(c_in, c_out);
+  const cgdr_prefill_extra pe = ToCPrefillExtra(c_in, c_out);
   const Outcome c_prefill = Of(cgdr_prefill_ex(&pa, &pe, handle));
   EXPECT_EQ(c_prefill, cpp_prefill) << "C: " << c_prefill.message << "\nC++: " << cpp_prefill.message;
   EXPECT_TRUE(SameBytes(c.c.out, cpp.c.out)) << "out";
@@ -353,23 +308,8 @@ void ExpectServingParity(const std::function<void(Inputs&, Outputs&, DecodeInput
 
   const Outcome cpp_verify = Of(cgdr::DecodeStep(cpp_din, cpp_dout, opt));
   EXPECT_EQ(cpp_verify.code == 0, ok) << cpp_verify.message;
-  cgdr_decode_args da;
-  std::memset(&da, 0, sizeof da);
-  da.query = ToC(c_din.query);
-  da.key = ToC(c_din.key);
-  da.value = ToC(c_din.value);
-  da.beta = ToC(c_din.beta);
-  da.g = ToC(c_din.g);
-  da.state_pool = ToC(c_din.state_pool);
-  da.state_indices = ToC(c_din.state_indices);
-  da.out = ToC(c_dout.out);
-  cgdr_decode_extra de;
-  std::memset(&de, 0, sizeof de);
-  de.a = ToC(c_din.a);
-  de.A_log = ToC(c_din.A_log);
-  de.dt_bias = ToC(c_din.dt_bias);
-  de.dst_indices = ToC(c_din.dst_indices);
-  de.states = ToC(c_dout.states);
+  const cgdr_decode_args da = ToCDecode(c_din, c_dout);
+  const cgdr_decode_extra de = ToCDecodeExtra(c_din, c_dout);
   const Outcome c_verify = Of(cgdr_decode_ex(&da, &de, handle));
   EXPECT_EQ(c_verify, cpp_verify) << "C: " << c_verify.message << "\nC++: " << cpp_verify.message;
   EXPECT_TRUE(SameBytes(c.verify_out, cpp.verify_out)) << "verify out";

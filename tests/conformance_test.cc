@@ -38,6 +38,7 @@
 #include "core/alloc.h"
 #include "core/dtype.h"
 #include "core/scan.h"
+#include "c_args.h"
 #include "core/synthetic.h"
 #include "core/threads.h"
 #include "kernels/amx.h"
@@ -48,6 +49,8 @@
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 namespace cgdr {
+using testing::ToCDecode;
+using testing::ToCPrefill;
 namespace {
 
 // ---- the option lists --------------------------------------------------------
@@ -306,15 +309,6 @@ struct Observation {
   int workers = 0;
 };
 
-cgdr_tensor ToC(const TensorView& v) {
-  cgdr_tensor t;
-  std::memset(&t, 0, sizeof t);
-  t.data = v.data;
-  t.dtype = static_cast<cgdr_dtype>(v.dtype);  // the enums agree (c_api_parity_test)
-  t.rank = v.rank;
-  for (int i = 0; i < v.rank; ++i) t.shape[i] = v.shape[i];
-  return t;
-}
 
 // A decode step over a 1-token-per-sequence case: N = 4 rows on a pool of 5
 // states, indices {3, -1, 0, 4} (row 1 skipped; pool rows 1 and 2 untouched).
@@ -424,19 +418,7 @@ FrontEnd C() {
             CHandle h(s);
             Observation ob = Observe([&] {
               if (h.setter_failure.first != 0) return h.setter_failure;
-              const Inputs in = c.inputs();
-              const Outputs o = c.outputs();
-              cgdr_prefill_args a;
-              std::memset(&a, 0, sizeof a);
-              a.query = ToC(in.query);
-              a.key = ToC(in.key);
-              a.value = ToC(in.value);
-              a.beta = ToC(in.beta);
-              a.g = ToC(in.g);
-              a.initial_state = ToC(in.initial_state);
-              a.seq_lens = ToC(in.seq_lens);
-              a.out = ToC(o.out);
-              a.final_state = ToC(o.final_state);
+              const cgdr_prefill_args a = ToCPrefill(c.inputs(), c.outputs());
               return Of(cgdr_prefill(&a, h.h));
             });
             ob.out = c.out;
@@ -447,17 +429,7 @@ FrontEnd C() {
             CHandle h(s);
             Observation ob = Observe([&] {
               if (h.setter_failure.first != 0) return h.setter_failure;
-              const DecodeInputs in = d.Inputs();
-              cgdr_decode_args a;
-              std::memset(&a, 0, sizeof a);
-              a.query = ToC(in.query);
-              a.key = ToC(in.key);
-              a.value = ToC(in.value);
-              a.beta = ToC(in.beta);
-              a.g = ToC(in.g);
-              a.state_pool = ToC(in.state_pool);
-              a.state_indices = ToC(in.state_indices);
-              a.out = ToC(d.Outputs().out);
+              const cgdr_decode_args a = ToCDecode(d.Inputs(), d.Outputs());
               return Of(cgdr_decode_step(&a, h.h));
             });
             ob.out = d.out;
