@@ -80,7 +80,8 @@ def _chunk_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: Optional[
                  cu_seqlens: Optional[torch.Tensor] = None, use_qk_l2norm_in_kernel: bool = False,
                  state_v_first: bool = False, use_gate_in_kernel: bool = False, A_log: Optional[torch.Tensor] = None,
                  dt_bias: Optional[torch.Tensor] = None, use_beta_sigmoid_in_kernel: bool = False,
-                 checkpoint_every: int = 0, state_slot_stride: int = 0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 checkpoint_every: int = 0,
+                 state_slot_stride: int = 0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """fla's layout ([B, T, H, K] ...); always returns the final state and the
     checkpoint states ([0, HV, ...] without checkpoint_every): new tensors
     only, as a custom op's outputs may not alias its inputs."""

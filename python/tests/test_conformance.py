@@ -205,7 +205,8 @@ class Step:
         return t, [1, 1, 1, 1], sem
 
     def call(self, t, lens, sem, kw):
-        args = {k: v.make_value(None) if isinstance(v, Lazy) else v for k, v in kw.items() if v is not GIVEN and k != "g"}
+        args = {k: v.make_value(None) if isinstance(v, Lazy) else v
+                for k, v in kw.items() if v is not GIVEN and k != "g"}
         if given(kw, "out"):
             args["out"] = make(kind_of(t["q"]), dtype_of(t["q"]), np.full((4, NV, DV), 7.0))
         g = t["g"] if sem["g"] else None
@@ -379,7 +380,8 @@ ROWS = {
                         Err(r"initial_state_indices: expected distinct non-negative indices")),
                     Row("state_slot_stride", 1, Err(r"options\.state_slot_stride: expected 0 \(dense\) or")),
                     Row("checkpoint_every", 0, SAME),
-                    Row("checkpoint_every", -1, Err(r"checkpoint_every: expected 0 \(none\) or a positive token count"))],
+                    Row("checkpoint_every", -1,
+                        Err(r"checkpoint_every: expected 0 \(none\) or a positive token count"))],
     "torch.step": [Row("scale", 0.37, DIFFERS), Row("use_qk_l2norm_in_kernel", True, REF), Row("state_v_first", True, REF),
                    Row("g", None, REF),
                    Row("a", AN_TENSOR, Err(r"A_log: required with the raw gate a")),

@@ -223,7 +223,8 @@ def test_slot_stride_beyond_a_contiguous_tensor_is_refused(entry):
     pool = np.concatenate([state, state])
     before = pool.copy()
     stride = 2 * NV * DK * DV
-    with pytest.raises(ValueError, match=r"state_slot_stride: 4 slots of (initial_state|state_pool) 384 elements apart"):
+    want = r"state_slot_stride: 4 slots of (initial_state|state_pool) 384 elements apart"
+    with pytest.raises(ValueError, match=want):
         if entry == "tnd":
             cgdr.chunk_gated_delta_rule_tnd(*ins[:4], pool, lens, g=ins[4], state_layout="kv", state_indices=[0, 1],
                                             state_slot_stride=stride)

@@ -85,7 +85,8 @@ def test_opcheck():
                           (q, k, v, g, beta, torch.cat([h0, h0]), idx), {"checkpoint_every": 4})
     qk, kk, vk, bk, gk = (x[:, :3] for x in (q, k, v, beta, g))
     torch.library.opcheck(torch.ops.cgdr.recurrent_step,
-                          (qk, kk, vk, bk, torch.cat([h0, h0]), idx, gk), {"dst_indices": torch.tensor([[1, 3, 2], [0, -1, -1]], dtype=torch.int32)})
+                          (qk, kk, vk, bk, torch.cat([h0, h0]), idx, gk),
+                          {"dst_indices": torch.tensor([[1, 3, 2], [0, -1, -1]], dtype=torch.int32)})
     torch.library.opcheck(torch.ops.cgdr.recurrent_step_states, (qk, kk, vk, bk, torch.cat([h0, h0]), idx, gk))
 
 

@@ -124,7 +124,8 @@ Status CheckCaseKind(const std::string& path, bool decode, const TensorView& ini
     return Status::Ok();
   }
   if (!initial_state.present()) {
-    return Fail(path, "missing required tensor 'initial_state' (a decode case, without seq_lens, holds its state pool there)");
+    return Fail(path, "missing required tensor 'initial_state' (a decode case, one without seq_lens, holds its "
+                      "pool there)");
   }
   if (opt.checkpoint_every != 0) {
     return Fail(path, "metadata 'checkpoint_every': only in a prefill case (one with seq_lens), not in a decode case");
@@ -192,8 +193,8 @@ Status AssembleResult(const std::string& path, const std::vector<NamedTensor>& t
     } else if (t.name == "states" && states != nullptr) {
       *states = t.view;
     } else {
-      return Fail(path, Cat("unknown tensor '", PrintableName(t.name), "' (expected out, final_state, checkpoint_states",
-                            states != nullptr ? ", states)" : ")"));
+      return Fail(path, Cat("unknown tensor '", PrintableName(t.name),
+                            "' (expected out, final_state, checkpoint_states", states != nullptr ? ", states)" : ")"));
     }
   }
   if (!out->out.present()) return Fail(path, "missing required tensor 'out'");
@@ -288,8 +289,8 @@ Outputs ProbeOutputs(const Inputs& in, const Options& opt) {
   probe.out = TensorView(Placeholder(0), out_dt, {T, Nv, Dv});
   probe.final_state = TensorView(Placeholder(1), state_dt, {slots, Nv, kv ? Dk : Dv, kv ? Dv : Dk});
   if (opt.checkpoint_every > 0) {
-    probe.checkpoint_states =
-        TensorView(Placeholder(2), DType::kF32, {CheckpointRows(in, opt.checkpoint_every), Nv, kv ? Dk : Dv, kv ? Dv : Dk});
+    const int64_t rows = CheckpointRows(in, opt.checkpoint_every);
+    probe.checkpoint_states = TensorView(Placeholder(2), DType::kF32, {rows, Nv, kv ? Dk : Dv, kv ? Dv : Dk});
   }
   return probe;
 }
@@ -331,7 +332,8 @@ Status PrepareOutputs(const Inputs& in, const Options& opt, OutputBuffers* ob) {
   if (!s.ok()) return s;
 
   OutputBuffers b;
-  if (!Allocate(probe.out, &b.out, &b.views.out) || !Allocate(probe.final_state, &b.final_state, &b.views.final_state) ||
+  if (!Allocate(probe.out, &b.out, &b.views.out) ||
+      !Allocate(probe.final_state, &b.final_state, &b.views.final_state) ||
       !Allocate(probe.checkpoint_states, &b.checkpoint_states, &b.views.checkpoint_states)) {
     return OutOfMemory({{"out", probe.out}, {"final_state", probe.final_state},
                         {"checkpoint_states", probe.checkpoint_states}});

@@ -166,7 +166,9 @@ Status ParseRun(int argc, char** argv, RunRequest* req, bool* help) {
   CGDR_CLI_TRY(ParseAlgoFlag(a, &req->algo));
   CGDR_CLI_TRY(ParsePrecisionFlag(a, &req->precision));
   CGDR_CLI_TRY(ParseEngineFlag(a, &req->engine));
-  if (a.Has("--checkpoint-every")) CGDR_CLI_TRY(a.Int("--checkpoint-every", 0, int64_t{1} << 62, 0, &req->checkpoint_every));
+  if (a.Has("--checkpoint-every")) {
+    CGDR_CLI_TRY(a.Int("--checkpoint-every", 0, int64_t{1} << 62, 0, &req->checkpoint_every));
+  }
   req->check_values = a.Has("--check-values");
   req->quiet = a.Has("--quiet");
   req->print_plan = a.Has("--print-plan");
@@ -248,7 +250,9 @@ Status BreakCase(const std::string& kind, Case* c, std::vector<SafetensorsWriteT
     t->back().name = "querry";
   } else if (kind == "slots-f32" || kind == "dst-f32") {  // int32 indices stored as floats: right size, wrong dtype
     auto it = find(kind == "slots-f32" ? "state_indices" : "dst_indices");
-    if (it == t->end()) return Status::Invalid("--break " + kind + " needs " + (kind == "slots-f32" ? "--slots" : "--dst"));
+    if (it == t->end()) {
+      return Status::Invalid("--break " + kind + " needs " + (kind == "slots-f32" ? "--slots" : "--dst"));
+    }
     it->dtype = DType::kF32;
   } else {
     return Status::Invalid("--break: unknown kind '" + kind + "' (see 'cgdr make-case --help')");
@@ -323,7 +327,8 @@ Status MakeCaseFile(int argc, char** argv, bool* help) {
     pool_spec.seed = spec.seed + 1;
     pool = MakeCase(pool_spec);
   }
-  const std::vector<int32_t> slots(serving.slots.begin(), serving.slots.end()), dst(serving.dst.begin(), serving.dst.end());
+  const std::vector<int32_t> slots(serving.slots.begin(), serving.slots.end());
+  const std::vector<int32_t> dst(serving.dst.begin(), serving.dst.end());
   if (!slots.empty()) {
     if (auto it = find("initial_state"); it != tensors.end()) *it = {"initial_state", pool.inputs().initial_state};
     tensors.emplace_back("state_indices", DType::kI32, std::vector<int64_t>{static_cast<int64_t>(slots.size())},
@@ -542,7 +547,8 @@ Status CheckResultFile(const std::string& case_path, const std::string& result_p
   CGDR_CLI_TRY(CheckHeads(heads, p.Nv));
   ReferenceResult ref;
   ReferenceRun(c.inputs, p, &ref, heads);
-  const std::vector<double> final_ref = p.state_slots.empty() ? ref.final_state : ExpectedPool(c.inputs, p, ref.final_state);
+  const std::vector<double> final_ref =
+      p.state_slots.empty() ? ref.final_state : ExpectedPool(c.inputs, p, ref.final_state);
   report->tensors = {Accuracy("out", r.outputs.out, ref.out, p.Nv, heads, cap),
                      Accuracy("final_state", r.outputs.final_state, final_ref, p.Nv, heads, cap)};
   if (r.outputs.checkpoint_states.present()) {
@@ -595,7 +601,9 @@ void DecodeReferenceRun(const DecodeCase& dc, const DecodeProblem& dp, const Opt
     for (int64_t j = 0; j < K; ++j) {
       CopyRow(ref.out, n * K + j, &result->out, n * K + j, row);
       CopyRow(ref.checkpoint_states, n * K + j, &result->states, n * K + j, slot);
-      if (dst != nullptr && dst[n * K + j] >= 0) CopyRow(ref.checkpoint_states, n * K + j, &result->pool, dst[n * K + j], slot);
+      if (dst != nullptr && dst[n * K + j] >= 0) {
+        CopyRow(ref.checkpoint_states, n * K + j, &result->pool, dst[n * K + j], slot);
+      }
     }
     if (dst == nullptr && !dc.output_states) CopyRow(ref.final_state, n, &result->pool, src[n], slot);
   }
