@@ -70,6 +70,11 @@ def _gate_kwargs(use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel)
                 use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel)
 
 
+def _state_layout(state_v_first):
+    """cgdr's state_layout of fla's state_v_first."""
+    return "vk" if state_v_first else "kv"
+
+
 def _state_dims(q, v, state_v_first):
     K, HV, V = q.shape[3], v.shape[2], v.shape[3]
     return (HV, V, K) if state_v_first else (HV, K, V)
@@ -154,7 +159,7 @@ def _step_eager(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bet
     """cgdr.recurrent_step: one token per sequence (or K: verify), state_pool updated in place."""
     return _cgdr_api.recurrent_step(query, key, value, beta, state_pool, state_indices, g=g, scale=scale,
                                     use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-                                    state_layout="vk" if state_v_first else "kv", a=a, A_log=A_log, dt_bias=dt_bias,
+                                    state_layout=_state_layout(state_v_first), a=a, A_log=A_log, dt_bias=dt_bias,
                                     use_beta_sigmoid=use_beta_sigmoid, dst_indices=dst_indices,
                                     state_slot_stride=state_slot_stride)
 
@@ -175,7 +180,7 @@ def _step_states_eager(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     [N * K, Nv, ...]); the pool is only read."""
     return _cgdr_api.recurrent_step(query, key, value, beta, state_pool, state_indices, g=g, scale=scale,
                                     use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-                                    state_layout="vk" if state_v_first else "kv", a=a, A_log=A_log, dt_bias=dt_bias,
+                                    state_layout=_state_layout(state_v_first), a=a, A_log=A_log, dt_bias=dt_bias,
                                     use_beta_sigmoid=use_beta_sigmoid, output_states=True,
                                     state_slot_stride=state_slot_stride)
 
