@@ -359,3 +359,21 @@ def test_plan_splits_t_evenly():
     tokens = {int(m.group(1)): int(m.group(2))
               for m in re.finditer(r"^group \d+: seq (\d+), heads \d+\.\.\d+, \d+ items of (\d+) tokens$", p.stdout, re.M)}
     assert tokens == {0: 334, 1: 333, 2: 333}, p.stdout
+
+
+def test_check_judges_the_whole_pool(tmp_path):
+    """`cgdr check` of a pool case (docs/SPEC.md 6d): a slot no sequence names
+    must keep its value; a result that changed one fails (exit 1)."""
+    case, res = tmp_path / "pool.safetensors", tmp_path / "pool.result.safetensors"
+    p = cgdr("make-case", "--out", case, "--lens", "9,0,21", "--slots", "3,-1,0", "--pool", "5")
+    assert p.returncode == 0, p.stderr
+    assert cgdr("run", "--input", case, "--output", res).returncode == 0
+    assert cgdr("check", "--input", case, "--result", res).returncode == 0
+    b = bytearray(res.read_bytes())
+    n = struct.unpack("<Q", b[:8])[0]
+    lo, hi = json.loads(b[8:8 + n])["final_state"]["data_offsets"]
+    slot = (hi - lo) // 5
+    b[8 + n + lo + slot + 4:8 + n + lo + slot + 8] = struct.pack("<f", 1e3)  # slot 1, its second element
+    res.write_bytes(bytes(b))
+    p = cgdr("check", "--input", case, "--result", res)
+    assert p.returncode == 1 and "final_state" in p.stdout and "FAIL" in p.stdout, p.stdout

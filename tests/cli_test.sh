@@ -486,9 +486,8 @@ section_golden_bad_inputs() {
 # (case metadata or --checkpoint-every), decode and verify cases; each run
 # checked against FP64 by `cgdr check`, which knows the pool's untouched slots.
 section_serving() {
+  # A pool of 5 slots: slots 3 and 0 rewritten, 1, 2 and 4 must keep their values (check judges the whole pool).
   run_and_check pool --lens 9,0,21 --slots 3,-1,0 --pool 5
-  expect_ok "pool result tensors" "$CGDR" check --input "$W/pool.case" --result "$W/pool.result"
-  # The pool result equals a dense run of the same states, bitwise, in the named slots (SPEC 6d.3).
   run_and_check ckpt --lens 40,7,33 --checkpoint-every 16 --dtype f16 --state-dtype f32
   expect_stdout_has "check ckpt" "checkpoint_states"
   run_and_check ckpt_odd --lens 40,7,33 --checkpoint-every 5 --layout kv
