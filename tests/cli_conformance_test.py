@@ -189,6 +189,9 @@ RUN_ROWS = [
                                   "huge_query")),
     ("--check-values", None, [], ("error", r"error: [^:]*: final_state: non-finite value inf at index \[0, 1, ",
                                   "huge_last_value")),
+    # Checkpoints (docs/SPEC.md 6d): the run with them still matches FP64; cli_test.sh's serving section checks them.
+    ("--checkpoint-every", "16", [], ("plan", {"T": "57"})),
+    ("--checkpoint-every", "-1", [], ("error", r"--checkpoint-every: expected an integer in \[0, ")),
     ("--print-plan", None, [], ("plan", {"T": "57", "Dk": "24"})),
     ("--quiet", None, [], ("plan", {"T": "57"})),
     ("--quiet", None, [], ("same", [])),
@@ -212,6 +215,15 @@ CASE_ROWS = [
      r"a: expected either g or the raw gate a"),
     ("A_log", {"extra": {"A_log": ("f32", (NV,), raw([0] * NV, "f32"))}}, r"A_log: given without the raw gate 'a'"),
     ("dt_bias", {"extra": {"dt_bias": ("f32", (NV,), raw([0] * NV, "f32"))}}, r"dt_bias: given without the raw gate 'a'"),
+    # State pools, checkpoints, decode cases (docs/SPEC.md 6d; run and checked by cli_test.sh's serving sections).
+    ("state_indices", {"extra": {"state_indices": ("i32", (3,), raw([0, 1, 2], "i32"))}}, None),  # the dense form
+    ("state_indices", {"extra": {"state_indices": ("i32", (3,), raw([1, 1, 0], "i32"))}},
+     r"state_indices: expected distinct non-negative indices"),
+    ("state_indices", {"extra": {"state_indices": ("f32", (3,), raw([0, 1, 2], "f32"))}}, r"state_indices: expected dtype i32"),
+    ("dst_indices", {"extra": {"dst_indices": ("i32", (3, 1), raw([0, 1, 2], "i32"))}}, r"dst_indices: only in a decode case"),
+    ("checkpoint_every", {"metadata": {"checkpoint_every": "16"}}, None),
+    ("checkpoint_every", {"metadata": {"checkpoint_every": "often"}}, r"metadata 'checkpoint_every' is \"often\""),
+    ("output_states", {"metadata": {"output_states": "true"}}, r"metadata 'output_states': only in a decode case"),
     ("out", {"extra": {"out": ("f32", (2,), raw([1, 2], "f32"))}}, None),  # expected results ride along, ignored
     ("final_state", {"extra": {"final_state": ("f32", (1,), raw([3], "f32"))}}, None),
 ]
@@ -253,7 +265,8 @@ def test_every_flag_key_and_tensor_has_a_row(tmp_path):
     for name in tensors:
         if name in ("out", "final_state"):  # expected results that may ride along: never required
             continue
-        optional = ("g", "initial_state", "a", "A_log", "dt_bias")  # the gate's tensors: not in the base case
+        # The gate's and the serving tensors: not in the base case.
+        optional = ("g", "initial_state", "a", "A_log", "dt_bias", "state_indices", "dst_indices")
         p = cgdr("run", "--input", Case(tmp_path, drop=[name] if name not in optional else [],
                                         g=name != "g", state=name != "initial_state").path,
                  "--output", tmp_path / "o.safetensors")
@@ -346,3 +359,21 @@ def test_plan_splits_t_evenly():
     tokens = {int(m.group(1)): int(m.group(2))
               for m in re.finditer(r"^group \d+: seq (\d+), heads \d+\.\.\d+, \d+ items of (\d+) tokens$", p.stdout, re.M)}
     assert tokens == {0: 334, 1: 333, 2: 333}, p.stdout
+
+
+def test_check_judges_the_whole_pool(tmp_path):
+    """`cgdr check` of a pool case (docs/SPEC.md 6d): a slot no sequence names
+    must keep its value; a result that changed one fails (exit 1)."""
+    case, res = tmp_path / "pool.safetensors", tmp_path / "pool.result.safetensors"
+    p = cgdr("make-case", "--out", case, "--lens", "9,0,21", "--slots", "3,-1,0", "--pool", "5")
+    assert p.returncode == 0, p.stderr
+    assert cgdr("run", "--input", case, "--output", res).returncode == 0
+    assert cgdr("check", "--input", case, "--result", res).returncode == 0
+    b = bytearray(res.read_bytes())
+    n = struct.unpack("<Q", b[:8])[0]
+    lo, hi = json.loads(b[8:8 + n])["final_state"]["data_offsets"]
+    slot = (hi - lo) // 5
+    b[8 + n + lo + slot + 4:8 + n + lo + slot + 8] = struct.pack("<f", 1e3)  # slot 1, its second element
+    res.write_bytes(bytes(b))
+    p = cgdr("check", "--input", case, "--result", res)
+    assert p.returncode == 1 and "final_state" in p.stdout and "FAIL" in p.stdout, p.stdout

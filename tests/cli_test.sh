@@ -4,7 +4,8 @@
 # file), hostile files and output paths (issue 19), plan, the planner's
 # profile, demo. Bash and coreutils only (mknod and mkfifo included).
 #
-#   cli_test.sh PATH/TO/cgdr [usage|run_and_check|layouts_and_dtypes|bad_inputs|hostile|plan|profile|demo|all]
+#   cli_test.sh PATH/TO/cgdr [usage|run_and_check|layouts_and_dtypes|bad_inputs|hostile|plan|profile|demo|serving|
+#                             serving_bad_inputs|all]
 set -euo pipefail
 
 CGDR=${1:?usage: cli_test.sh PATH/TO/cgdr [section]}
@@ -163,6 +164,15 @@ bad_run() {
   [ "$(cat "$W/kept.safetensors")" = "keep me" ] || fail "$what: the existing output file was modified"
 }
 
+# bad_run_flags WHAT SUBSTRING CASE FLAGS...: bad_run with extra flags for `cgdr run`.
+bad_run_flags() {
+  local what=$1 want=$2 case_file=$3
+  shift 3
+  rm -f "$W/out.safetensors"
+  expect_error "$what" "$want" "$CGDR" run --input "$case_file" --output "$W/out.safetensors" "$@"
+  [ ! -e "$W/out.safetensors" ] || fail "$what: an output file was created"
+}
+
 section_bad_inputs() {
   expect_ok "make good case" "$CGDR" make-case --out "$W/good.case" --t 12
   local size
@@ -236,7 +246,7 @@ section_hostile() {
     sed 's/^/{/; s/$/}/' | tr -d '\n' >"$W/many.json"
   st_file "$W/many.json" "$W/many.case"
   expect_error "100,000 entries" \
-    "unknown tensor 't0' (expected query, key, value, beta, g, a, A_log, dt_bias, initial_state, seq_lens, out, final_state)" \
+    "unknown tensor 't0' (expected query, key, value, beta, g, a, A_log, dt_bias, initial_state, seq_lens, state_indices, dst_indices, out, final_state)" \
     timeout 60 "$CGDR" run --input "$W/many.case" --output "$W/out.safetensors"
 
   # 3. A FIFO as the input: open() blocked forever.
@@ -466,10 +476,91 @@ section_golden_bad_inputs() {
   expect_ok "golden other shape" "$CGDR" golden --generate --t 90 --nk 1 --nv 2 --dk 16 --dv 16 --out "$W/o" --check-heads 0
   expect_error "compare other shape" "golden $g: 'out' has shape [100, 2, 16], actual $W/o/benchmark.safetensors has [90, 2, 16]" \
     "$CGDR" compare --golden "$g" --benchmark "$b" --actual "$W/o/benchmark.safetensors"
-  expect_error "compare a case as a result" "unknown tensor 'beta' (expected out, final_state)" \
+  expect_error "compare a case as a result" "unknown tensor 'beta' (expected out, final_state, checkpoint_states)" \
     "$CGDR" compare --golden "$g" --benchmark "$b" --actual "$W/s/case.json"
   expect_error "compare empty dir" "expected golden and benchmark results there" "$CGDR" compare --dir "$W/n" --actual "$b"
   expect_no_temporaries "golden_bad_inputs"
+}
+
+# Serving cases (docs/SPEC.md 6d, 7.1): a prefill on a state pool, checkpoints
+# (case metadata or --checkpoint-every), decode and verify cases; each run
+# checked against FP64 by `cgdr check`, which knows the pool's untouched slots.
+section_serving() {
+  # A pool of 5 slots: slots 3 and 0 rewritten, 1, 2 and 4 must keep their values (check judges the whole pool).
+  run_and_check pool --lens 9,0,21 --slots 3,-1,0 --pool 5
+  run_and_check ckpt --lens 40,7,33 --checkpoint-every 16 --dtype f16 --state-dtype f32
+  expect_stdout_has "check ckpt" "checkpoint_states"
+  run_and_check ckpt_odd --lens 40,7,33 --checkpoint-every 5 --layout kv
+  expect_stdout_has "check ckpt_odd" "checkpoint_states"
+  # --checkpoint-every on a case without the key; check reads E from the result.
+  expect_ok "make-case plain" "$CGDR" make-case --out "$W/plain.case" --lens 30,12
+  expect_ok "run --checkpoint-every" "$CGDR" run --input "$W/plain.case" --output "$W/plain.ckpt" --checkpoint-every 8
+  expect_ok "check --checkpoint-every" "$CGDR" check --input "$W/plain.case" --result "$W/plain.ckpt"
+  expect_stdout_has "check --checkpoint-every" "checkpoint_states"
+  # --checkpoint-every 0 overrides the case's key: no checkpoints.
+  expect_ok "run --checkpoint-every 0" "$CGDR" run --input "$W/ckpt.case" --output "$W/ckpt.none" --checkpoint-every 0
+  expect_ok "check --checkpoint-every 0" "$CGDR" check --input "$W/ckpt.case" --result "$W/ckpt.none"
+  ! grep -qF checkpoint_states "$W/stdout" || fail "checkpoints written with --checkpoint-every 0"
+  run_and_check poolckpt --lens 20,13 --slots 1,0 --checkpoint-every 4 --raw-gate --beta-sigmoid
+  # Decode: one token per sequence (query [N, Nk, Dk]), the pool updated in place.
+  run_and_check step --decode --slots 2,-1,0 --pool 4
+  run_and_check step16 --decode --slots 1,0 --dtype f16 --state-dtype f32 --layout kv
+  # Verify: K tokens per sequence, the state after each into dst slots, or dense states.
+  run_and_check verify --decode --tokens 3 --slots 0,-1,1 --pool 12 --dst 2,3,-1,4,5,6,7,8,9 --raw-gate
+  run_and_check verify_inplace --decode --tokens 4 --slots 1,0 --beta-sigmoid
+  run_and_check verify_states --decode --tokens 2 --slots 3,-1,0 --output-states --layout kv
+  expect_stdout_has "check verify_states" "states"
+  expect_ok "decode summary" "$CGDR" run --input "$W/verify.case" --output "$W/verify.again" --print-plan
+  for word in "decode of 3 sequences x 3 tokens" "P=12" "no plan" "run: "; do expect_stdout_has "decode summary" "$word"; done
+  cmp -s "$W/verify.result" "$W/verify.again" || fail "two decode runs of one case differ"
+  # A wrong decode result is noticed (exit 1): another seed's result.
+  expect_ok "make-case other verify" "$CGDR" make-case --out "$W/verify2.case" --decode --tokens 3 --slots 0,-1,1 \
+    --pool 12 --dst 2,3,-1,4,5,6,7,8,9 --raw-gate --seed 9
+  local rc=0
+  "$CGDR" check --input "$W/verify2.case" --result "$W/verify.result" >"$W/stdout" 2>"$W/stderr" || rc=$?
+  [ "$rc" -eq 1 ] || fail "check of a wrong decode result: exit $rc, expected 1; $(cat "$W/stdout" "$W/stderr")"
+  expect_no_temporaries "serving"
+}
+
+# Each bad serving input: exit 2, one line naming the tensor or key, no output (bad_run).
+section_serving_bad_inputs() {
+  local name want args
+  while IFS='|' read -r name want args; do
+    # shellcheck disable=SC2086 # args: make-case flags, split on purpose
+    expect_ok "make-case $name" "$CGDR" make-case --out "$W/$name.case" $args
+    bad_run "serving case $name" "$want" "$W/$name.case"
+  done <<'EOF'
+slots_f32|state_indices: expected dtype i32|--lens 4,5 --slots 0,1 --break slots-f32
+slots_shape|state_indices: expected shape [B] with B of seq_lens = [2], got [3]|--lens 4,5 --slots 0,1,2
+slots_dup|state_indices: expected distinct non-negative indices|--lens 4,5 --slots 1,1
+slots_range|state_indices: expected indices < P = 3 (pool size) or negative|--lens 4,5 --slots 0,7 --pool 3
+slots_nopool|initial_state: required with state_indices|--lens 4,5 --slots 0,1 --no-state
+ckpt_neg|metadata 'checkpoint_every' is "-1"|--lens 4,5 --checkpoint-every -1
+dst_prefill|dst_indices: only in a decode case|--lens 4,5 --dst 0,1
+states_prefill|metadata 'output_states': only in a decode case|--lens 4,5 --output-states
+decode_ckpt|metadata 'checkpoint_every': only in a prefill case|--decode --slots 0,1 --checkpoint-every 2
+decode_nopool|missing required tensor 'initial_state'|--decode --slots 0,1 --no-state
+decode_slots_f32|state_indices: expected dtype i32|--decode --slots 0,1 --break slots-f32
+decode_dup|state_indices: expected distinct non-negative indices|--decode --slots 1,1
+dst_f32|dst_indices: expected dtype i32|--decode --tokens 2 --slots 0,1 --dst 2,3,4,5 --pool 6 --break dst-f32
+dst_shape|dst_indices: expected rank 2 [N, K]|--decode --tokens 2 --slots 0,1 --dst 2,3,4 --pool 6
+dst_range|dst_indices: expected indices < P = 6 (pool size)|--decode --tokens 2 --slots 0,1 --dst 2,3,4,9 --pool 6
+dst_and_states|expected either dst_indices (states into pool slots) or states (dense), got both|--decode --tokens 2 --slots 0,1 --dst 2,3,4,5 --pool 6 --output-states
+tokens_17|query: expected K in [1, 16] tokens per sequence|--decode --tokens 17 --slots 0
+EOF
+  expect_error "--checkpoint-every -1" "--checkpoint-every: expected an integer in [0, " \
+    "$CGDR" run --input "$W/slots_f32.case" --output "$W/out.safetensors" --checkpoint-every -1
+  expect_ok "make-case step" "$CGDR" make-case --out "$W/step.safetensors" --decode --slots 0,1
+  bad_run_flags "--checkpoint-every on a decode case" "--checkpoint-every: only for a prefill case" "$W/step.safetensors" \
+    --checkpoint-every 4
+  # golden / compare take prefill cases with dense states: a serving case is refused by name.
+  expect_ok "make-case pool" "$CGDR" make-case --out "$W/pool.safetensors" --lens 4,5 --slots 1,0
+  expect_error "golden of a pool case" "a state pool (state_indices) has no golden data" \
+    "$CGDR" golden --input "$W/pool.safetensors" --out "$W/gpool" --check-heads 0
+  [ ! -e "$W/gpool/golden.safetensors" ] || fail "golden of a pool case: golden written"
+  expect_error "golden of a decode case" "a decode case has no golden data" \
+    "$CGDR" golden --input "$W/step.safetensors" --out "$W/gstep" --check-heads 0
+  expect_no_temporaries "serving_bad_inputs"
 }
 
 # The demo at a short length: writes its files to --dir, times, checks, passes.
@@ -480,7 +571,7 @@ section_demo() {
   expect_ok "check demo result" "$CGDR" check --input "$W/demo_case.safetensors" --result "$W/demo_result.safetensors" --heads 0,31
 }
 
-SECTIONS="usage run_and_check layouts_and_dtypes bad_inputs hostile plan profile demo golden golden_bad_inputs"
+SECTIONS="usage run_and_check layouts_and_dtypes bad_inputs hostile plan profile demo golden golden_bad_inputs serving serving_bad_inputs"
 case " $SECTIONS all " in
   *" $SECTION "*) ;;
   *) fail "unknown section '$SECTION' (one of: $SECTIONS all)" ;;

@@ -862,6 +862,49 @@ TEST(safetensors, PrepareOutputsShapesAndDTypes) {
   EXPECT_EQ(ob.views.final_state.dtype, DType::kBF16);  // query's
 }
 
+// Serving (docs/SPEC.md 6d): a pool's final_state starts as a copy of the
+// pool (the run rewrites only the named slots); checkpoints get f32 rows.
+TEST(safetensors, PrepareOutputsPoolsAndCheckpoints) {
+  Case c = MakeCase(SmallSpec());  // initial_state [3, ...]: a pool of 3 slots
+  Inputs in = c.inputs();
+  const std::vector<int32_t> slots{2, -1, 0};
+  in.state_indices = TensorView(slots.data(), DType::kI32, {3});
+  Options opt = c.options();
+  opt.checkpoint_every = 2;
+  OutputBuffers ob;
+  const Status s = PrepareOutputs(in, opt, &ob);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(ob.views.final_state.ShapeString(), "[3, 4, 8, 16]");
+  EXPECT_EQ(std::memcmp(ob.views.final_state.data, in.initial_state.data, 3 * 4 * 8 * 16 * sizeof(float)), 0);
+  EXPECT_EQ(ob.views.checkpoint_states.ShapeString(), "[3, 4, 8, 16]");  // 3 / 2 + 0 + 5 / 2
+  EXPECT_EQ(ob.views.checkpoint_states.dtype, DType::kF32);
+  ASSERT_TRUE(cgdr::Run(in, ob.views, opt).ok());
+
+  const std::vector<int32_t> dup{1, -1, 1};
+  in.state_indices = TensorView(dup.data(), DType::kI32, {3});
+  EXPECT_NE(PrepareOutputs(in, opt, &ob).message().find("state_indices: expected distinct"), std::string::npos);
+}
+
+TEST(safetensors, PrepareDecodeOutputsCopiesThePool) {
+  CaseSpec spec = SmallSpec();
+  spec.lens = {1, 1};
+  Case c = MakeCase(spec);
+  const std::vector<int32_t> slots{1, -1};
+  DecodeCase d;
+  d.present = true;
+  d.inputs = DecodeInputs{c.inputs().query, c.inputs().key, c.inputs().value, c.inputs().beta, c.inputs().g,
+                          c.inputs().initial_state, TensorView(slots.data(), DType::kI32, {2})};
+  d.output_states = true;
+  DecodeBuffers db;
+  const Status s = PrepareDecodeOutputs(d, c.options(), &db);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(db.views.out.ShapeString(), "[2, 4, 16]");
+  EXPECT_EQ(db.views.states.ShapeString(), "[2, 4, 8, 16]");
+  EXPECT_NE(db.inputs.state_pool.data, d.inputs.state_pool.data);  // the run updates a copy
+  EXPECT_EQ(std::memcmp(db.final_pool.data, d.inputs.state_pool.data, 2 * 4 * 8 * 16 * sizeof(float)), 0);
+  ASSERT_TRUE(DecodeStep(db.inputs, db.views, c.options()).ok());
+}
+
 TEST(safetensors, PrepareOutputsValidatesBeforeAllocating) {
   // Nk = 0 with an absurd T: the shape error, not an allocation of T * Nv * Dv.
   Case c = MakeCase(CaseSpec{});

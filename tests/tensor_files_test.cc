@@ -234,7 +234,7 @@ TEST(tensor_files, ResultsWithoutFinalState) {
   EXPECT_TRUE(r.outputs.out.present());
   EXPECT_FALSE(r.outputs.final_state.present());
   ASSERT_TRUE(WriteNpy(dir / "r/o.npy", o.out).ok());
-  ExpectError(LoadResultFiles(dir / "r", &r), "unknown tensor 'o' (expected out, final_state)");
+  ExpectError(LoadResultFiles(dir / "r", &r), "unknown tensor 'o' (expected out, final_state, checkpoint_states)");
 }
 
 // Issue 19's rules for the .npy and .bin readers: the JSON descriptions are

@@ -18,6 +18,8 @@ The math is FP32 inside whatever the storage dtype. The GIL is released while
 computing. Bad input raises TypeError (wrong kind of object or dtype) or
 ValueError (shapes, values, options) before anything is written.
 """
+import contextlib
+import operator
 import warnings
 
 from . import _cgdr
@@ -57,11 +59,16 @@ def _engine(engine):
     return _choice("engine", engine, _ENGINES)
 
 
-def _int_option(name, value):
-    """v_step, dk_bucket: an int, whose range the native validation checks."""
-    if isinstance(value, bool) or not isinstance(value, int) or not -2**31 <= value < 2**31:
+def _int_option(name, value, bits=31):
+    """v_step, dk_bucket (and checkpoint_every, state_slot_stride with bits=63):
+    an int, whose range the native validation checks."""
+    try:
+        n = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        n = None
+    if n is None or not -2**bits <= n < 2**bits:
         raise ValueError(f"{name}: expected an int, got {value!r}")
-    return value
+    return n
 
 
 def _prefill(q, k, v, beta, g, initial_state, seq_lens, out, final_state, scale, l2norm, layout, threads,
@@ -70,6 +77,8 @@ def _prefill(q, k, v, beta, g, initial_state, seq_lens, out, final_state, scale,
     """The one call into the native prefill; every tensor is already prepared.
     gate: None or (a, A_log, dt_bias), the gate in the kernel (docs/SPEC.md 6d)."""
     a, a_log, dt_bias = gate if gate is not None else (None, None, None)
+    for name, x in (("initial_state", initial_state), ("final_state", final_state)):
+        _t.check_slot_extent(name, x, state_slot_stride)
     _cgdr.prefill(_t.native("query", q), _t.native("key", k), _t.native("value", v), _t.native("beta", beta),
                   _t.native("g", g), _t.native("initial_state", initial_state), seq_lens, _t.native("out", out),
                   _t.native("final_state", final_state), scale, bool(l2norm), layout, threads, algo,
@@ -177,11 +186,56 @@ def _same_offsets(cu_seqlens, cu_seqlens_cpu):
         raise ValueError(f"cu_seqlens_cpu: expected the same offsets as cu_seqlens {a.tolist()}, got {b.tolist()}")
 
 
+def _fla_pool_slots(initial_state_indices, initial_state, N):
+    """sglang's initial_state_indices as int32 slots (one per sequence), or None."""
+    if initial_state_indices is None:
+        return None
+    slots = _t.int32_vector("initial_state_indices", initial_state_indices)
+    if slots.shape[0] != N:
+        raise ValueError(f"initial_state_indices: expected N = {N} slots (one per sequence), got {slots.shape[0]}")
+    if initial_state is None:
+        raise ValueError("initial_state: required with initial_state_indices (the pool [P, HV, ...] read and written)")
+    return slots
+
+
+def _pool_buffers(pool, output_final_state):
+    """(initial, final) of a pool: read in place, and written in place with output_final_state."""
+    _t.float_dtype_name("initial_state", pool)
+    if output_final_state:
+        pool = _t.check_writable("initial_state", pool)
+        return pool, pool
+    return _t.contiguous_input("initial_state", pool), None
+
+
+def _checkpoint_buffer(kind, checkpoint_every, lens, state_dims):
+    """checkpoint_states (f32) [sum of len // every, *state_dims], or None without checkpoints."""
+    every = _int_option("checkpoint_every", checkpoint_every, 63)
+    if every < 0:
+        raise ValueError(f"checkpoint_every: expected 0 (none) or a positive token count, got {every}")
+    if every == 0:
+        return None
+    return _t.empty(kind, (int((lens // every).sum()),) + tuple(state_dims), "f32")
+
+
+@contextlib.contextmanager
+def _fla_names():
+    """The native errors of the fla entry in fla's (and sglang's) names."""
+    try:
+        yield
+    except ValueError as e:
+        msg = str(e)
+        if msg.startswith("state_indices:"):
+            raise ValueError("initial_state_indices:" + msg[len("state_indices:"):].replace(
+                "[B] with B of seq_lens", "[N], one per sequence")) from None
+        raise
+
+
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
                            use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
                            state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, chunk_indices=None,
                            cp_context=None, *, state_layout=None, threads=None, algo="auto", check_values=False,
-                           precision="auto", engine="auto", v_step=0, dk_bucket=0, **fla_kwargs):
+                           precision="auto", engine="auto", v_step=0, dk_bucket=0, initial_state_indices=None,
+                           state_slot_stride=0, checkpoint_every=0, **fla_kwargs):
     """flash-linear-attention's chunk_gated_delta_rule on the CPU.
 
     The arguments up to cp_context are fla's (0.6), in fla's order, with its
@@ -238,6 +292,17 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     v_step (V tile width, 1..256) and dk_bucket (64, 80, 96, 128 >= K, or -1
     for the generic path) force the plan's choices (0: the plan picks; for
     tests and tuning, docs/SPEC.md 2.2).
+
+    Serving (docs/SPEC.md 6d), keyword-only:
+    initial_state_indices (sglang's name): N ints; initial_state is then a
+    pool [P, HV, K, V] (or [P, HV, V, K]) whose slot initial_state_indices[n]
+    sequence n reads and, with output_final_state, writes in place (negative:
+    zeros in, nothing written); the final_state returned is the pool itself.
+    state_slot_stride: elements between the pool's slots (0: dense).
+    checkpoint_every > 0: also returns checkpoint_states (float32) [sum over
+    n of len_n // checkpoint_every, HV, ...] in the state's layout, the state
+    after every checkpoint_every tokens of each sequence, sequence after
+    sequence: (o, final_state, checkpoint_states).
     """
     layout = _fla_layout(state_v_first, state_layout, fla_kwargs)
     use_gate, A_log, dt_bias = (fla_kwargs.pop(n, d) for n, d in zip(_FLA_GATE, (False, None, None)))
@@ -274,16 +339,21 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         seq_lens = _t.int32_vector("seq_lens", [T] * B)
     N = int(seq_lens.shape[0])
     qd = _t.float_dtype_name("q", q)
-    init = None
-    if initial_state is not None:
-        _t.float_dtype_name("initial_state", initial_state)
-        init = _t.contiguous_input("initial_state", initial_state)
-    state_shape = (N, HV, K, V) if layout == "kv" else (N, HV, V, K)
-    final_dtype = _t.dtype_name("initial_state", init) if init is not None else "f32"
-    if init is None and output_final_state and final_dtype == qd:
-        init_arg, final = None, _t.empty(kind, state_shape, final_dtype)
+    state_dims = (HV, K, V) if layout == "kv" else (HV, V, K)
+    slots = _fla_pool_slots(initial_state_indices, initial_state, N)
+    if slots is not None:
+        init_arg, final = _pool_buffers(initial_state, output_final_state)
     else:
-        init_arg, final = _final_state_buffers(kind, init, state_shape, output_final_state, final_dtype)
+        init = None
+        if initial_state is not None:
+            _t.float_dtype_name("initial_state", initial_state)
+            init = _t.contiguous_input("initial_state", initial_state)
+        final_dtype = _t.dtype_name("initial_state", init) if init is not None else "f32"
+        if init is None and output_final_state and final_dtype == qd:
+            init_arg, final = None, _t.empty(kind, (N,) + state_dims, final_dtype)
+        else:
+            init_arg, final = _final_state_buffers(kind, init, (N,) + state_dims, output_final_state, final_dtype)
+    checkpoints = _checkpoint_buffer(kind, checkpoint_every, seq_lens, state_dims)
 
     qc, kc, vc, bc = (_t.contiguous_input(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("beta", beta)))
     gc = _t.contiguous_input("g", g) if g is not None else None
@@ -293,11 +363,14 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         return None if x is None else x.reshape((B * T,) + tuple(x.shape[2:]))
 
     gate = _gate_inputs(packed(gc), A_log, dt_bias) if use_gate else None
-    _prefill(packed(qc), packed(kc), packed(vc), packed(bc), None if use_gate else packed(gc), init_arg, seq_lens,
-             packed(o), final, _scale(scale), use_qk_l2norm_in_kernel, layout, _threads(threads), _algo(algo),
-             check_values, _precision(precision), _engine(engine), v_step, dk_bucket, gate=gate,
-             beta_sigmoid=use_beta_sigmoid_in_kernel)
-    return o, final
+    with _fla_names():
+        _prefill(packed(qc), packed(kc), packed(vc), packed(bc), None if use_gate else packed(gc), init_arg, seq_lens,
+                 packed(o), final, _scale(scale), use_qk_l2norm_in_kernel, layout, _threads(threads), _algo(algo),
+                 check_values, _precision(precision), _engine(engine), v_step, dk_bucket, gate=gate,
+                 beta_sigmoid=use_beta_sigmoid_in_kernel, state_indices=slots,
+                 state_slot_stride=_int_option("state_slot_stride", state_slot_stride, 63),
+                 checkpoint_states=checkpoints, checkpoint_every=checkpoint_every)
+    return (o, final) if checkpoints is None else (o, final, checkpoints)
 
 
 def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens, g=None, scale=None,
@@ -346,20 +419,13 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
     if slots is not None:
         if initial_state is None:
             raise ValueError("initial_state: required with state_indices (the pool [P, Nv, ...] read and written)")
-        init = _t.check_writable("initial_state", initial_state) if output_final_state else \
-            _t.contiguous_input("initial_state", initial_state)
-        final = init if output_final_state else None
+        init, final = _pool_buffers(initial_state, output_final_state)
     else:
         init = _t.contiguous_input("initial_state", initial_state) if initial_state is not None else None
         if output_final_state:
             fdt = _t.float_dtype_name("initial_state", init) if init is not None else qd
             final = _t.empty(kind, (lens.shape[0],) + state_dims, fdt)
-    checkpoints = None
-    if checkpoint_every:
-        if int(checkpoint_every) < 0:
-            raise ValueError(f"checkpoint_every: expected 0 (none) or a positive token count, got {checkpoint_every}")
-        rows = int((lens // int(checkpoint_every)).sum())
-        checkpoints = _t.empty(kind, (rows,) + state_dims, "f32")
+    checkpoints = _checkpoint_buffer(kind, checkpoint_every, lens, state_dims)
     ins = [_t.contiguous_input(n, x) for n, x in (("query", query), ("key", key), ("value", value), ("beta", beta))]
     gc = _t.contiguous_input("g", g) if g is not None else None
     out = _t.empty(kind, (T, Nv, Dv), qd)
@@ -428,6 +494,7 @@ def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, s
     ins = [_t.contiguous_input(n, x) for n, x in (("query", query), ("key", key), ("value", value), ("beta", beta))]
     gc = _t.contiguous_input("g", g) if g is not None else None
     gate = _gate_inputs(a, A_log, dt_bias) or (None, None, None)
+    _t.check_slot_extent("state_pool", pool, state_slot_stride)
     _cgdr.decode_step(*(_t.native(n, x) for n, x in zip(("query", "key", "value", "beta"), ins)), _t.native("g", gc),
                       _t.native("state_pool", pool), idx, _t.native("out", out), _scale(scale),
                       bool(use_qk_l2norm_in_kernel), _layout(state_layout), _threads(threads), bool(check_values),

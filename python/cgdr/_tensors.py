@@ -99,6 +99,22 @@ def check_writable(name, x):
     return x.detach() if x.requires_grad else x
 
 
+def check_slot_extent(name, x, stride):
+    """Slots `stride` elements apart must lie inside x: the native layer sees
+    only x's shape, and every tensor here is contiguous, so a stride beyond
+    one slot's size would reach past x's memory (ValueError instead)."""
+    if x is None or not stride or x.ndim < 1 or x.shape[0] < 2:
+        return
+    slots = int(x.shape[0])
+    size = int(x.size if isinstance(x, np.ndarray) else x.numel())
+    slot = size // slots
+    need = (slots - 1) * int(stride) + slot
+    if int(stride) > slot and need > size:
+        raise ValueError(f"state_slot_stride: {slots} slots of {name} {int(stride)} elements apart need {need} "
+                         f"elements, the contiguous tensor holds {size} (a stride beyond one slot, {slot}, needs "
+                         "the memory between the slots)")
+
+
 def native(name, x):
     """The argument _cgdr expects for x (which must stay referenced by the caller)."""
     if x is None:

@@ -4,9 +4,21 @@ Custom ops (torch >= 2.4, registered through torch.library with fake
 implementations, so torch.compile(fullgraph=True) traces them):
 
     torch.ops.cgdr.chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state, cu_seqlens,
-        use_qk_l2norm_in_kernel, state_v_first) -> (o, final_state)
+        use_qk_l2norm_in_kernel, state_v_first, use_gate_in_kernel, A_log, dt_bias,
+        use_beta_sigmoid_in_kernel, checkpoint_every, state_slot_stride) -> (o, final_state, checkpoint_states)
+    torch.ops.cgdr.chunk_gated_delta_rule_pool(q, k, v, g, beta, initial_state, initial_state_indices,
+        scale, cu_seqlens, use_qk_l2norm_in_kernel, state_v_first, output_final_state,
+        use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel, state_slot_stride,
+        checkpoint_every) -> (o, checkpoint_states)        (the pool initial_state updated in place)
     torch.ops.cgdr.recurrent_step(query, key, value, beta, state_pool, state_indices, g, scale,
-        use_qk_l2norm_in_kernel, state_v_first) -> out          (state_pool updated in place)
+        use_qk_l2norm_in_kernel, state_v_first, a, A_log, dt_bias, use_beta_sigmoid, dst_indices,
+        state_slot_stride) -> out                           (state_pool updated in place)
+    torch.ops.cgdr.recurrent_step_states(query, key, value, beta, state_pool, state_indices, g, scale,
+        use_qk_l2norm_in_kernel, state_v_first, a, A_log, dt_bias, use_beta_sigmoid,
+        state_slot_stride) -> (out, states)                 (verify with dense per-token states)
+
+Every argument after state_v_first has a default; checkpoint_states is
+[0, HV, ...] without checkpoint_every (docs/SPEC.md 6d).
 
 chunk_gated_delta_rule() and recurrent_step() below call them with keyword
 defaults (on older torch they call the same code directly, eagerly).
@@ -52,78 +64,205 @@ __all__ = ["chunk_gated_delta_rule", "recurrent_step", "torch_chunk_gated_delta_
 
 # ----------------------------------------------------------------- the ops
 
+def _gate_kwargs(use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel):
+    """fla's gate keywords for cgdr.chunk_gated_delta_rule (docs/SPEC.md 6d)."""
+    return dict(use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
+                use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel)
+
+
+def _state_layout(state_v_first):
+    """cgdr's state_layout of fla's state_v_first."""
+    return "vk" if state_v_first else "kv"
+
+
+def _state_dims(q, v, state_v_first):
+    K, HV, V = q.shape[3], v.shape[2], v.shape[3]
+    return (HV, V, K) if state_v_first else (HV, K, V)
+
+
 def _chunk_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: Optional[torch.Tensor], beta: torch.Tensor,
                  scale: Optional[float] = None, initial_state: Optional[torch.Tensor] = None,
                  cu_seqlens: Optional[torch.Tensor] = None, use_qk_l2norm_in_kernel: bool = False,
-                 state_v_first: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
-    """fla's layout ([B, T, H, K] ...); always returns the final state (new
-    tensors only: a custom op's outputs may not alias its inputs)."""
-    return _cgdr_api.chunk_gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
-                                            output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-                                            state_v_first=state_v_first, cu_seqlens=cu_seqlens)
+                 state_v_first: bool = False, use_gate_in_kernel: bool = False, A_log: Optional[torch.Tensor] = None,
+                 dt_bias: Optional[torch.Tensor] = None, use_beta_sigmoid_in_kernel: bool = False,
+                 checkpoint_every: int = 0,
+                 state_slot_stride: int = 0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """fla's layout ([B, T, H, K] ...); always returns the final state and the
+    checkpoint states ([0, HV, ...] without checkpoint_every): new tensors
+    only, as a custom op's outputs may not alias its inputs."""
+    r = _cgdr_api.chunk_gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                                         output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                                         state_v_first=state_v_first, cu_seqlens=cu_seqlens,
+                                         checkpoint_every=checkpoint_every, state_slot_stride=state_slot_stride,
+                                         **_gate_kwargs(use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel))
+    return r if len(r) == 3 else (*r, q.new_empty((0,) + _state_dims(q, v, state_v_first), dtype=torch.float32))
+
+
+def _checkpoint_rows(q, cu_seqlens, checkpoint_every):
+    """Rows of checkpoint_states for a fake kernel: static for [B, T] inputs,
+    data-dependent (an unbacked size) for packed sequences."""
+    if checkpoint_every <= 0:
+        return 0
+    if cu_seqlens is None:
+        return q.shape[0] * (q.shape[1] // checkpoint_every)
+    return torch.library.get_ctx().new_dynamic_size()
 
 
 def _chunk_fake(q, k, v, g, beta, scale=None, initial_state=None, cu_seqlens=None, use_qk_l2norm_in_kernel=False,
-                state_v_first=False):
-    B, T, _, K = q.shape
+                state_v_first=False, use_gate_in_kernel=False, A_log=None, dt_bias=None,
+                use_beta_sigmoid_in_kernel=False, checkpoint_every=0, state_slot_stride=0):
+    B, T = q.shape[:2]
     HV, V = v.shape[2], v.shape[3]
     N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
     state_dtype = torch.float32 if initial_state is None else initial_state.dtype
-    state_shape = (N, HV, V, K) if state_v_first else (N, HV, K, V)
-    return q.new_empty((B, T, HV, V)), q.new_empty(state_shape, dtype=state_dtype)
+    dims = _state_dims(q, v, state_v_first)
+    return (q.new_empty((B, T, HV, V)), q.new_empty((N,) + dims, dtype=state_dtype),
+            q.new_empty((_checkpoint_rows(q, cu_seqlens, checkpoint_every),) + dims, dtype=torch.float32))
+
+
+def _chunk_pool_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: Optional[torch.Tensor],
+                      beta: torch.Tensor, initial_state: torch.Tensor, initial_state_indices: torch.Tensor,
+                      scale: Optional[float] = None, cu_seqlens: Optional[torch.Tensor] = None,
+                      use_qk_l2norm_in_kernel: bool = False, state_v_first: bool = False,
+                      output_final_state: bool = True, use_gate_in_kernel: bool = False,
+                      A_log: Optional[torch.Tensor] = None, dt_bias: Optional[torch.Tensor] = None,
+                      use_beta_sigmoid_in_kernel: bool = False, state_slot_stride: int = 0,
+                      checkpoint_every: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A prefill on a state pool (docs/SPEC.md 6d): initial_state [P, HV, ...]
+    is read at slots initial_state_indices and, with output_final_state,
+    written there in place. Returns (o, checkpoint_states)."""
+    r = _cgdr_api.chunk_gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                                         output_final_state=output_final_state,
+                                         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first,
+                                         cu_seqlens=cu_seqlens, initial_state_indices=initial_state_indices,
+                                         state_slot_stride=state_slot_stride, checkpoint_every=checkpoint_every,
+                                         **_gate_kwargs(use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel))
+    return r[0], (r[2] if len(r) == 3 else q.new_empty((0,) + _state_dims(q, v, state_v_first), dtype=torch.float32))
+
+
+def _chunk_pool_fake(q, k, v, g, beta, initial_state, initial_state_indices, scale=None, cu_seqlens=None,
+                     use_qk_l2norm_in_kernel=False, state_v_first=False, output_final_state=True,
+                     use_gate_in_kernel=False, A_log=None, dt_bias=None, use_beta_sigmoid_in_kernel=False,
+                     state_slot_stride=0, checkpoint_every=0):
+    B, T = q.shape[:2]
+    dims = _state_dims(q, v, state_v_first)
+    return (q.new_empty((B, T) + tuple(v.shape[2:])),
+            q.new_empty((_checkpoint_rows(q, cu_seqlens, checkpoint_every),) + dims, dtype=torch.float32))
 
 
 def _step_eager(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, beta: torch.Tensor,
                 state_pool: torch.Tensor, state_indices: torch.Tensor, g: Optional[torch.Tensor] = None,
                 scale: Optional[float] = None, use_qk_l2norm_in_kernel: bool = False,
-                state_v_first: bool = False) -> torch.Tensor:
-    """cgdr.recurrent_step: one token per sequence, state_pool updated in place."""
+                state_v_first: bool = False, a: Optional[torch.Tensor] = None, A_log: Optional[torch.Tensor] = None,
+                dt_bias: Optional[torch.Tensor] = None, use_beta_sigmoid: bool = False,
+                dst_indices: Optional[torch.Tensor] = None, state_slot_stride: int = 0) -> torch.Tensor:
+    """cgdr.recurrent_step: one token per sequence (or K: verify), state_pool updated in place."""
     return _cgdr_api.recurrent_step(query, key, value, beta, state_pool, state_indices, g=g, scale=scale,
                                     use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-                                    state_layout="vk" if state_v_first else "kv")
+                                    state_layout=_state_layout(state_v_first), a=a, A_log=A_log, dt_bias=dt_bias,
+                                    use_beta_sigmoid=use_beta_sigmoid, dst_indices=dst_indices,
+                                    state_slot_stride=state_slot_stride)
 
 
 def _step_fake(query, key, value, beta, state_pool, state_indices, g=None, scale=None, use_qk_l2norm_in_kernel=False,
-               state_v_first=False):
+               state_v_first=False, a=None, A_log=None, dt_bias=None, use_beta_sigmoid=False, dst_indices=None,
+               state_slot_stride=0):
     return query.new_empty(tuple(value.shape))
 
 
+def _step_states_eager(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, beta: torch.Tensor,
+                       state_pool: torch.Tensor, state_indices: torch.Tensor, g: Optional[torch.Tensor] = None,
+                       scale: Optional[float] = None, use_qk_l2norm_in_kernel: bool = False,
+                       state_v_first: bool = False, a: Optional[torch.Tensor] = None,
+                       A_log: Optional[torch.Tensor] = None, dt_bias: Optional[torch.Tensor] = None,
+                       use_beta_sigmoid: bool = False, state_slot_stride: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Verify with dense per-token states (docs/SPEC.md 6d): (out, states
+    [N * K, Nv, ...]); the pool is only read."""
+    return _cgdr_api.recurrent_step(query, key, value, beta, state_pool, state_indices, g=g, scale=scale,
+                                    use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                                    state_layout=_state_layout(state_v_first), a=a, A_log=A_log, dt_bias=dt_bias,
+                                    use_beta_sigmoid=use_beta_sigmoid, output_states=True,
+                                    state_slot_stride=state_slot_stride)
+
+
+def _step_states_fake(query, key, value, beta, state_pool, state_indices, g=None, scale=None,
+                      use_qk_l2norm_in_kernel=False, state_v_first=False, a=None, A_log=None, dt_bias=None,
+                      use_beta_sigmoid=False, state_slot_stride=0):
+    rows = value.shape[0] * (value.shape[1] if value.dim() == 4 else 1)
+    return query.new_empty(tuple(value.shape)), state_pool.new_empty((rows,) + tuple(state_pool.shape[1:]))
+
+
+# name: (eager, fake, mutated arguments)
+_OPS = {"chunk_gated_delta_rule": (_chunk_eager, _chunk_fake, ()),
+        "chunk_gated_delta_rule_pool": (_chunk_pool_eager, _chunk_pool_fake, ("initial_state",)),
+        "recurrent_step": (_step_eager, _step_fake, ("state_pool",)),
+        "recurrent_step_states": (_step_states_eager, _step_states_fake, ())}
+
+
 def _register_ops():
-    """(chunk, step) callables: torch.ops.cgdr.* where torch.library has
-    custom_op (torch >= 2.4), else the eager functions themselves."""
+    """{name: callable}: torch.ops.cgdr.* where torch.library has custom_op
+    (torch >= 2.4), else the eager functions themselves."""
     library = getattr(torch, "library", None)
     if not hasattr(library, "custom_op"):
-        return _chunk_eager, _step_eager, False
-    if not hasattr(torch.ops.cgdr, "chunk_gated_delta_rule"):  # registered once per process
-        chunk = library.custom_op("cgdr::chunk_gated_delta_rule", mutates_args=())(_chunk_eager)
-        chunk.register_fake(_chunk_fake)
-        step = library.custom_op("cgdr::recurrent_step", mutates_args=("state_pool",))(_step_eager)
-        step.register_fake(_step_fake)
-    return torch.ops.cgdr.chunk_gated_delta_rule, torch.ops.cgdr.recurrent_step, True
+        return {name: eager for name, (eager, _, _) in _OPS.items()}, False
+    for name, (eager, fake, mutates) in _OPS.items():
+        if not hasattr(torch.ops.cgdr, name):  # registered once per process
+            op = library.custom_op(f"cgdr::{name}", mutates_args=mutates)(eager)
+            op.register_fake(fake)
+    return {name: getattr(torch.ops.cgdr, name) for name in _OPS}, True
 
 
-_chunk_op, _step_op, HAS_CUSTOM_OPS = _register_ops()
+_ops, HAS_CUSTOM_OPS = _register_ops()
+_chunk_op = _ops["chunk_gated_delta_rule"]
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-                           use_qk_l2norm_in_kernel=False, state_v_first=False, cu_seqlens=None):
-    """fla's chunk_gated_delta_rule on CPU torch tensors through the custom op
-    (traceable by torch.compile). Same layouts and dtypes as
+                           use_qk_l2norm_in_kernel=False, state_v_first=False, cu_seqlens=None, *,
+                           use_gate_in_kernel=False, A_log=None, dt_bias=None, use_beta_sigmoid_in_kernel=False,
+                           initial_state_indices=None, state_slot_stride=0, checkpoint_every=0):
+    """fla's chunk_gated_delta_rule on CPU torch tensors through the custom ops
+    (traceable by torch.compile). Same layouts, dtypes and keywords as
     cgdr.chunk_gated_delta_rule: o [B, T, HV, V] in q's dtype; final_state
     [N, HV, K, V] ([N, HV, V, K] with state_v_first) in initial_state's
-    dtype, float32 without one; None unless output_final_state."""
-    o, final = _chunk_op(q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel, state_v_first)
-    return o, (final if output_final_state else None)
+    dtype, float32 without one; None unless output_final_state.
+    Serving (docs/SPEC.md 6d): use_gate_in_kernel, A_log, dt_bias,
+    use_beta_sigmoid_in_kernel (fla's gate); initial_state_indices (sglang's
+    pool slots: initial_state is a pool, updated in place, and returned as
+    final_state), state_slot_stride; checkpoint_every > 0 adds
+    checkpoint_states: (o, final_state, checkpoint_states)."""
+    gate = (use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel)
+    if initial_state_indices is not None:
+        o, ckpt = _ops["chunk_gated_delta_rule_pool"](q, k, v, g, beta, initial_state, initial_state_indices, scale,
+                                                      cu_seqlens, use_qk_l2norm_in_kernel, state_v_first,
+                                                      output_final_state, *gate, state_slot_stride, checkpoint_every)
+        final = initial_state if output_final_state else None
+    else:
+        o, final, ckpt = _chunk_op(q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel,
+                                   state_v_first, *gate, checkpoint_every, state_slot_stride)
+        final = final if output_final_state else None
+    return (o, final) if not checkpoint_every else (o, final, ckpt)
 
 
 def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, scale=None,
-                   use_qk_l2norm_in_kernel=False, state_v_first=False):
-    """cgdr.recurrent_step through the custom op: query/key [N, Nk, Dk], value
+                   use_qk_l2norm_in_kernel=False, state_v_first=False, *, a=None, A_log=None, dt_bias=None,
+                   use_beta_sigmoid=False, dst_indices=None, output_states=False, state_slot_stride=0):
+    """cgdr.recurrent_step through the custom ops: query/key [N, Nk, Dk], value
     [N, Nv, Dv], beta/g [N, Nv], state_pool [P, Nv, Dk, Dv] (or [P, Nv, Dv,
     Dk] with state_v_first) updated in place, state_indices int32 [N]
-    (negative: skip the row). Returns out [N, Nv, Dv]."""
-    return _step_op(query, key, value, beta, state_pool, state_indices, g, scale, use_qk_l2norm_in_kernel,
-                    state_v_first)
+    (negative: skip the row). Returns out [N, Nv, Dv].
+    Verify (docs/SPEC.md 6d): query/key [N, K, Nk, Dk], value [N, K, Nv, Dv],
+    beta/g/a [N, K, Nv]; dst_indices [N, K]: the state after token j into
+    slot dst_indices[n, j]; output_states=True instead returns (out, states
+    [N * K, Nv, ...]) and leaves the pool as it was. a, A_log, dt_bias,
+    use_beta_sigmoid: the gate in the kernel; state_slot_stride as cgdr's."""
+    gate = (a, A_log, dt_bias, use_beta_sigmoid)
+    if output_states:
+        if dst_indices is not None:
+            raise ValueError("dst_indices: give either dst_indices or output_states=True, not both")
+        return _ops["recurrent_step_states"](query, key, value, beta, state_pool, state_indices, g, scale,
+                                             use_qk_l2norm_in_kernel, state_v_first, *gate, state_slot_stride)
+    return _ops["recurrent_step"](query, key, value, beta, state_pool, state_indices, g, scale,
+                                  use_qk_l2norm_in_kernel, state_v_first, *gate, dst_indices, state_slot_stride)
 
 
 # ----------------------------------------------------------- transformers
@@ -203,7 +342,7 @@ def _run(query, key, value, g, beta, initial_state, output_final_state, l2norm, 
         init = None if initial_state is None else _initial_state(initial_state, shape).to(torch.float32)
         if cu_seqlens is not None and not isinstance(cu_seqlens, torch.Tensor):
             cu_seqlens = torch.as_tensor(cu_seqlens)
-        out, state = _chunk_op(q, k, v, gc, b, None, init, cu_seqlens, l2norm, False)
+        out, state, _ = _chunk_op(q, k, v, gc, b, None, init, cu_seqlens, l2norm, False)
     return out.to(query.dtype), (state if output_final_state else None)
 
 

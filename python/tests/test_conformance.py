@@ -60,6 +60,9 @@ def moved(i, by):
 
 OTHER_OFFSETS = moved(1, 1)
 AN_ARRAY = Lazy("an array", lambda cu: np.zeros(NV, np.float32))
+AN_TENSOR = Lazy("a tensor", lambda cu: torch.zeros(NV))
+SLOTS_1D = Lazy("a 1-D index tensor", lambda cu: torch.zeros(4, dtype=torch.int32))
+DUP_SLOTS = Lazy("slots 0, 0, 1", lambda cu: torch.tensor([0, 0, 1], dtype=torch.int32))
 
 
 class Err:
@@ -202,7 +205,8 @@ class Step:
         return t, [1, 1, 1, 1], sem
 
     def call(self, t, lens, sem, kw):
-        args = {k: v for k, v in kw.items() if v is not GIVEN and k != "g"}
+        args = {k: v.make_value(None) if isinstance(v, Lazy) else v
+                for k, v in kw.items() if v is not GIVEN and k != "g"}
         if given(kw, "out"):
             args["out"] = make(kind_of(t["q"]), dtype_of(t["q"]), np.full((4, NV, DV), 7.0))
         g = t["g"] if sem["g"] else None
@@ -345,7 +349,13 @@ ROWS = {
         Row("use_gate_in_kernel", True, Err(r"A_log: required with the raw gate a")),
         Row("head_first", False, Err(r"head_first: removed from fla")),
         Row("chunk_size", 16, SAME), Row("chunk_size", 128, Err(r"chunk_size: expected 16, 32 or 64")),
-        Row("A_log", AN_ARRAY, SAME), Row("dt_bias", AN_ARRAY, SAME)],
+        Row("A_log", AN_ARRAY, SAME), Row("dt_bias", AN_ARRAY, SAME),
+        # Pools and checkpoints (docs/SPEC.md 6d; their meaning: python/tests/test_serving.py), in sglang's name.
+        Row("initial_state_indices", [0, 0, 1], Err(r"initial_state_indices: expected distinct non-negative indices")),
+        Row("initial_state_indices", [0, 1], Err(r"initial_state_indices: expected N = 3 slots \(one per sequence\)")),
+        Row("state_slot_stride", 1, Err(r"options\.state_slot_stride: expected 0 \(dense\) or")),
+        Row("checkpoint_every", 0, SAME),
+        Row("checkpoint_every", -1, Err(r"checkpoint_every: expected 0 \(none\) or a positive token count, got -1"))],
     "step": [Row("scale", 0.37, DIFFERS), Row("scale", -0.5), Row("use_qk_l2norm_in_kernel", True, REF),
              Row("state_layout", "vk", REF), Row("g", None, REF), Row("out", GIVEN, SAME),
              Row("threads", 1, SAME), Row("threads", 4096, SAME),
@@ -361,9 +371,25 @@ ROWS = {
              Row("state_slot_stride", 1, Err(r"options\.state_slot_stride: expected 0 \(dense\) or"))],
     "torch.chunk": [Row("scale", 0.37, DIFFERS), Row("initial_state", None, REF), Row("output_final_state", False, REF),
                     Row("use_qk_l2norm_in_kernel", True, REF), Row("state_v_first", True, REF), Row("g", None, REF),
-                    Row("cu_seqlens", None, REF)],
+                    Row("cu_seqlens", None, REF),
+                    # Serving (docs/SPEC.md 6d; their meaning: python/tests/test_torch_ops.py, test_serving.py).
+                    Row("use_gate_in_kernel", True, Err(r"A_log: required with the raw gate a")),
+                    Row("A_log", AN_TENSOR, SAME), Row("dt_bias", AN_TENSOR, SAME),
+                    Row("use_beta_sigmoid_in_kernel", False, SAME),
+                    Row("initial_state_indices", DUP_SLOTS,
+                        Err(r"initial_state_indices: expected distinct non-negative indices")),
+                    Row("state_slot_stride", 1, Err(r"options\.state_slot_stride: expected 0 \(dense\) or")),
+                    Row("checkpoint_every", 0, SAME),
+                    Row("checkpoint_every", -1,
+                        Err(r"checkpoint_every: expected 0 \(none\) or a positive token count"))],
     "torch.step": [Row("scale", 0.37, DIFFERS), Row("use_qk_l2norm_in_kernel", True, REF), Row("state_v_first", True, REF),
-                   Row("g", None, REF)],
+                   Row("g", None, REF),
+                   Row("a", AN_TENSOR, Err(r"A_log: required with the raw gate a")),
+                   Row("A_log", AN_TENSOR, Err(r"A_log: given without the raw gate a")),
+                   Row("dt_bias", AN_TENSOR, Err(r"A_log: given without the raw gate a")),
+                   Row("use_beta_sigmoid", False, SAME), Row("output_states", False, SAME),
+                   Row("dst_indices", SLOTS_1D, Err(r"dst_indices: expected a 2-D sequence of integers")),
+                   Row("state_slot_stride", 1, Err(r"options\.state_slot_stride: expected 0 \(dense\) or"))],
     "dropin.chunk": [Row("chunk_size", 16, SAME), Row("chunk_size", 0, Err(r"chunk_size: expected a positive int")),
                      Row("initial_state", GIVEN, REF), Row("output_final_state", True, REF),
                      Row("use_qk_l2norm_in_kernel", True, REF), Row("cu_seqlens", GIVEN, REF),
@@ -470,8 +496,6 @@ def options_fields():
 
 # The public name of each option where it differs from the C++ field's.
 PUBLIC_NAME = {"use_qk_l2norm": "use_qk_l2norm_in_kernel"}
-# Serving options fla's signature has no name for: chunk_gated_delta_rule_tnd takes them (docs/SPEC.md 6d).
-SERVING_NOT_IN_FLA = {"checkpoint_every", "state_slot_stride"}
 
 
 @pytest.mark.parametrize("ep", ["tnd", "fla"])
@@ -485,8 +509,6 @@ def test_every_cpp_option_reaches_python(ep):
     params = inspect.signature(ENTRIES[ep].fn).parameters
     for name in fields:
         assert re.search(rf"\b{name}: ", native), f"_cgdr.prefill has no argument {name}"
-        if ep == "fla" and name in SERVING_NOT_IN_FLA:
-            continue
         public = PUBLIC_NAME.get(name, name)
         assert public in params or f"{public}_in_kernel" in params or (
             name == "state_layout" and "state_v_first" in params), \

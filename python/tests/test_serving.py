@@ -137,6 +137,109 @@ def test_checkpoints_equal_prefix_prefills(algo, every):
         first += n
 
 
+def fla_packed(ins, state=None):
+    """The packed inputs in fla's layout: [1, T, ...] with cu_seqlens."""
+    return [None if x is None else x[None] for x in ins]
+
+
+def test_fla_pool_bitwise_equals_dense():
+    """The fla entry with sglang's initial_state_indices: the pool is read and
+    written in place at the named slots, bitwise as the dense call."""
+    lens = [9, 0, 5]
+    cu = np.cumsum([0] + lens)
+    ins, state = prefill_inputs(11, lens)
+    q, k, v, beta, g = fla_packed(ins)
+    want_o, want_s = cgdr.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=state, output_final_state=True,
+                                                 cu_seqlens=cu)
+    pool = np.full((6,) + state.shape[1:], 7.0, np.float32)
+    pool[5], pool[2] = state[0], state[2]
+    o, fin = cgdr.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=pool, output_final_state=True, cu_seqlens=cu,
+                                         initial_state_indices=[5, -1, 2])
+    assert fin is pool
+    np.testing.assert_array_equal(o[0, :9], want_o[0, :9])
+    np.testing.assert_array_equal(o[0, 9:], want_o[0, 9:])
+    np.testing.assert_array_equal(pool[5], want_s[0])
+    np.testing.assert_array_equal(pool[2], want_s[2])
+    assert (pool[[0, 1, 3, 4]] == 7.0).all()
+    # Without output_final_state the pool is only read.
+    before = pool.copy()
+    o2, none = cgdr.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=pool, cu_seqlens=cu,
+                                           initial_state_indices=[5, -1, 2])
+    assert none is None
+    np.testing.assert_array_equal(pool, before)
+
+
+def test_fla_checkpoints_equal_the_packed_entry():
+    lens = [37, 20]
+    cu = np.cumsum([0] + lens)
+    ins, state = prefill_inputs(12, lens)
+    q, k, v, beta, g = fla_packed(ins)
+    o, fin, ckpt = cgdr.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=state, output_final_state=True,
+                                               cu_seqlens=cu, checkpoint_every=8, algo="chunk16")
+    want = cgdr.chunk_gated_delta_rule_tnd(*ins[:4], state, lens, g=ins[4], state_layout="kv", checkpoint_every=8,
+                                           algo="chunk16")
+    assert ckpt.shape == (37 // 8 + 20 // 8, NV, DK, DV) and ckpt.dtype == np.float32
+    np.testing.assert_array_equal(o[0], want[0])
+    np.testing.assert_array_equal(fin, want[1])
+    np.testing.assert_array_equal(ckpt, want[2])
+    # [B, T] batches: every sequence has T tokens.
+    qb, kb, vb, bb, gb = (x.reshape((2, 20) + x.shape[1:]) for x in (x[:40] for x in ins))
+    _, _, ck = cgdr.chunk_gated_delta_rule(qb, kb, vb, gb, bb, checkpoint_every=6)
+    assert ck.shape == (2 * (20 // 6), NV, DK, DV)
+
+
+@pytest.mark.parametrize("kw,exc,pattern", [
+    (dict(initial_state_indices=[0, 0]), ValueError, r"initial_state_indices: expected distinct non-negative indices"),
+    (dict(initial_state_indices=[0, 9]), ValueError, r"initial_state_indices: .*9"),
+    (dict(initial_state_indices=[0]), ValueError, r"initial_state_indices: expected N = 2 slots \(one per sequence\)"),
+    (dict(initial_state_indices=[0.5, 1.0]), TypeError, r"initial_state_indices: expected integers"),
+    (dict(initial_state_indices=[0, 1], initial_state=None), ValueError,
+     r"initial_state: required with initial_state_indices"),
+    (dict(checkpoint_every=-4), ValueError, r"checkpoint_every: expected 0 \(none\) or a positive token count, got -4"),
+    (dict(checkpoint_every=2.5), ValueError, r"checkpoint_every: expected an int, got 2.5"),
+    (dict(state_slot_stride=3), ValueError, r"options\.state_slot_stride: expected 0 \(dense\) or"),
+])
+def test_fla_serving_bad_input(kw, exc, pattern):
+    """Bad pool or checkpoint arguments: fla's (sglang's) names, one line, nothing written."""
+    lens = [6, 4]
+    ins, state = prefill_inputs(13, lens)
+    q, k, v, beta, g = fla_packed(ins)
+    pool = np.concatenate([state, state])
+    before = pool.copy()
+    args = dict(initial_state=pool, output_final_state=True, cu_seqlens=np.cumsum([0] + lens))
+    args.update(kw)
+    with pytest.raises(exc, match=pattern) as err:
+        cgdr.chunk_gated_delta_rule(q, k, v, g, beta, **args)
+    assert "\n" not in str(err.value)
+    np.testing.assert_array_equal(pool, before)
+
+
+@pytest.mark.parametrize("entry", ["tnd", "fla", "step"])
+def test_slot_stride_beyond_a_contiguous_tensor_is_refused(entry):
+    """The native layer sees only a tensor's shape: a stride past one slot's
+    size would reach beyond a contiguous pool's memory; refused, nothing written."""
+    lens = [6, 4]
+    ins, state = prefill_inputs(14, lens)
+    pool = np.concatenate([state, state])
+    before = pool.copy()
+    stride = 2 * NV * DK * DV
+    want = r"state_slot_stride: 4 slots of (initial_state|state_pool) 384 elements apart"
+    with pytest.raises(ValueError, match=want):
+        if entry == "tnd":
+            cgdr.chunk_gated_delta_rule_tnd(*ins[:4], pool, lens, g=ins[4], state_layout="kv", state_indices=[0, 1],
+                                            state_slot_stride=stride)
+        elif entry == "fla":
+            q, k, v, beta, g = fla_packed(ins)
+            cgdr.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=pool, output_final_state=True,
+                                        cu_seqlens=np.cumsum([0] + lens), initial_state_indices=[0, 1],
+                                        state_slot_stride=stride)
+        else:
+            d = draft(15, 2, 1)
+            cgdr.recurrent_step(d["q"][:, 0], d["k"][:, 0], d["v"][:, 0], d["beta"][:, 0], pool, [0, 1],
+                                state_slot_stride=stride)
+    np.testing.assert_array_equal(pool, before)
+
+
 def test_serving_loop_example():
     """examples/serving_loop.py: pieces resumed from slots, a prefix resumed
     from a checkpoint, speculative drafts accepted at random lengths and rolled

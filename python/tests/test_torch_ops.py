@@ -47,13 +47,23 @@ def test_ops_are_registered_with_fake_kernels():
     mode = FakeTensorMode()
     fq, fk, fv, fb = (mode.from_tensor(x.to(torch.bfloat16)) for x in (q, k, v, beta))
     fg, cu = mode.from_tensor(g), mode.from_tensor(torch.tensor([0, 5, 37]))
+    fpool, fidx = mode.from_tensor(h0.clone()), mode.from_tensor(torch.tensor([1, 0], dtype=torch.int32))
     with mode:
-        o, s = torch.ops.cgdr.chunk_gated_delta_rule(fq, fk, fv, fg, fb, None, None, None, True, True)
+        o, s, ck = torch.ops.cgdr.chunk_gated_delta_rule(fq, fk, fv, fg, fb, None, None, None, True, True)
         assert o.shape == (2, 37, 4, 24) and o.dtype == torch.bfloat16
         assert s.shape == (2, 4, 24, 16) and s.dtype == torch.float32  # state_v_first: [N, HV, V, K]
-        _, s = torch.ops.cgdr.chunk_gated_delta_rule(fq[:1], fk[:1], fv[:1], fg[:1], fb[:1], None, None, cu, True,
-                                                     False)
+        assert ck.shape == (0, 4, 24, 16) and ck.dtype == torch.float32  # no checkpoints
+        _, s, _ = torch.ops.cgdr.chunk_gated_delta_rule(fq[:1], fk[:1], fv[:1], fg[:1], fb[:1], None, None, cu, True,
+                                                        False)
         assert s.shape == (2, 4, 16, 24)
+        _, _, ck = torch.ops.cgdr.chunk_gated_delta_rule(fq, fk, fv, fg, fb, None, None, None, True, False,
+                                                         checkpoint_every=8)
+        assert ck.shape == (2 * (37 // 8), 4, 16, 24)  # [B, T] inputs: a static count
+        o, ck = torch.ops.cgdr.chunk_gated_delta_rule_pool(fq, fk, fv, fg, fb, fpool, fidx, checkpoint_every=16)
+        assert o.shape == (2, 37, 4, 24) and ck.shape == (4, 4, 16, 24)
+        o, st = torch.ops.cgdr.recurrent_step_states(fq[:, :3], fk[:, :3], fv[:, :3], fb[:, :3], fpool, fidx,
+                                                     fg[:, :3])
+        assert o.shape == (2, 3, 4, 24) and st.shape == (6, 4, 16, 24) and st.dtype == torch.float32
 
 
 @needs_ops
@@ -66,6 +76,115 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.cgdr.recurrent_step,
                           (q[:, 0], k[:, 0], v[:, 0], beta[:, 0], h0.clone(), torch.tensor([1, 0], dtype=torch.int32),
                            g[:, 0], None, True, False))
+    # The serving arguments (docs/SPEC.md 6d): the gate, checkpoints, pools, verify.
+    a_log, dt_bias = torch.rand(4) - 0.5, torch.rand(4) - 0.5
+    torch.library.opcheck(torch.ops.cgdr.chunk_gated_delta_rule,
+                          (q, k, v, -g, beta, None, h0, None, False, False, True, a_log, dt_bias, True, 4))
+    idx = torch.tensor([2, 0], dtype=torch.int32)
+    torch.library.opcheck(torch.ops.cgdr.chunk_gated_delta_rule_pool,
+                          (q, k, v, g, beta, torch.cat([h0, h0]), idx), {"checkpoint_every": 4})
+    qk, kk, vk, bk, gk = (x[:, :3] for x in (q, k, v, beta, g))
+    torch.library.opcheck(torch.ops.cgdr.recurrent_step,
+                          (qk, kk, vk, bk, torch.cat([h0, h0]), idx, gk),
+                          {"dst_indices": torch.tensor([[1, 3, 2], [0, -1, -1]], dtype=torch.int32)})
+    torch.library.opcheck(torch.ops.cgdr.recurrent_step_states, (qk, kk, vk, bk, torch.cat([h0, h0]), idx, gk))
+
+
+def test_serving_arguments_match_the_package_entry_points():
+    """Through the ops: the gate, pools, checkpoints and verify give the bits of cgdr's own functions."""
+    q, k, v, g, beta, h0 = inputs()
+    a_log, dt_bias = torch.rand(4) - 0.5, torch.rand(4) - 0.5
+    gate = dict(use_gate_in_kernel=True, A_log=a_log, dt_bias=dt_bias, use_beta_sigmoid_in_kernel=True)
+    got = ct.chunk_gated_delta_rule(q, k, v, -g, beta, initial_state=h0, output_final_state=True, checkpoint_every=8,
+                                    **gate)
+    want = cgdr.chunk_gated_delta_rule(q, k, v, -g, beta, initial_state=h0, output_final_state=True,
+                                       checkpoint_every=8, **gate)
+    assert len(got) == 3 and all(torch.equal(a, b) for a, b in zip(got, want))
+    # A pool: slots 3 and 0 of 4, updated in place; the other slots untouched.
+    pool, pool2 = torch.cat([h0, h0]), torch.cat([h0, h0])
+    idx = torch.tensor([3, 0], dtype=torch.int32)
+    o, fin, ck = ct.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=pool, output_final_state=True,
+                                           initial_state_indices=idx, checkpoint_every=16)
+    ro, rfin, rck = cgdr.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=pool2, output_final_state=True,
+                                                initial_state_indices=idx, checkpoint_every=16)
+    assert fin is pool and torch.equal(o, ro) and torch.equal(pool, pool2) and torch.equal(ck, rck)
+    assert torch.equal(pool[[1, 2]], torch.cat([h0, h0])[[1, 2]]) and not torch.equal(pool[3], h0[1])
+    # Verify: K = 3 tokens per sequence, states into dst slots or dense.
+    qk, kk, vk, bk, gk = (x[:, :3] for x in (q, k, v, beta, g))
+    dst = torch.tensor([[1, 0, -1], [3, -1, 2]], dtype=torch.int32)
+    src = torch.tensor([1, 2], dtype=torch.int32)
+    pool, pool2 = torch.cat([h0, h0]), torch.cat([h0, h0])
+    out = ct.recurrent_step(qk, kk, vk, bk, pool, src, g=gk, dst_indices=dst)
+    ref = cgdr.recurrent_step(qk, kk, vk, bk, pool2, src, g=gk, dst_indices=dst)
+    assert out.shape == (2, 3, 4, 24) and torch.equal(out, ref) and torch.equal(pool, pool2)
+    before = pool.clone()
+    out, states = ct.recurrent_step(qk, kk, vk, bk, pool, src, g=gk, output_states=True)
+    rout, rstates = cgdr.recurrent_step(qk, kk, vk, bk, pool2.clone(), src, g=gk, output_states=True)
+    assert torch.equal(out, rout) and torch.equal(states, rstates) and torch.equal(pool, before)
+
+
+@pytest.mark.parametrize("kw,pattern", [
+    (dict(initial_state_indices=torch.tensor([1, 1], dtype=torch.int32)),
+     r"initial_state_indices: expected distinct non-negative indices"),
+    (dict(checkpoint_every=-1), r"checkpoint_every: expected 0 \(none\) or a positive token count, got -1"),
+    (dict(use_gate_in_kernel=True), r"A_log: required with the raw gate a"),
+    (dict(state_slot_stride=5), r"options\.state_slot_stride: expected 0 \(dense\) or"),
+])
+def test_serving_bad_input_through_the_ops(kw, pattern):
+    q, k, v, g, beta, h0 = inputs()
+    pool = torch.cat([h0, h0])
+    before = pool.clone()
+    with pytest.raises(ValueError, match=pattern):
+        ct.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=pool if "initial_state_indices" in kw else h0,
+                                  output_final_state=True, **kw)
+    assert torch.equal(pool, before)
+
+
+def test_verify_bad_input_through_the_ops():
+    q, k, v, g, beta, h0 = inputs()
+    qk, kk, vk, bk, gk = (x[:, :3] for x in (q, k, v, beta, g))
+    pool = torch.cat([h0, h0])
+    before = pool.clone()
+    src = torch.tensor([1, 2], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"dst_indices: give either dst_indices or output_states=True"):
+        ct.recurrent_step(qk, kk, vk, bk, pool, src, g=gk, dst_indices=torch.zeros(2, 3, dtype=torch.int32),
+                          output_states=True)
+    with pytest.raises(ValueError, match=r"dst_indices: "):
+        ct.recurrent_step(qk, kk, vk, bk, pool, src, g=gk, dst_indices=torch.tensor([[0, 0, 3], [4, 5, 6]],
+                                                                                    dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"A_log: required with the raw gate a"):
+        ct.recurrent_step(qk, kk, vk, bk, pool, src, a=gk)
+    assert torch.equal(pool, before)
+
+
+class ServingBlock(torch.nn.Module):
+    """Prefill on a pool with checkpoints and the gate in the kernel, then a verify of K = 2 tokens."""
+
+    def forward(self, q, k, v, a, beta, pool, idx, a_log, dt_bias, dst):
+        o, pool_out, ck = ct.chunk_gated_delta_rule(q, k, v, a, beta, initial_state=pool, output_final_state=True,
+                                                    initial_state_indices=idx, checkpoint_every=8,
+                                                    use_gate_in_kernel=True, A_log=a_log, dt_bias=dt_bias)
+        o1 = ct.recurrent_step(q[:, :2] * 2, k[:, :2], v[:, :2], beta[:, :2], pool, idx, a=a[:, :2], A_log=a_log,
+                               dt_bias=dt_bias, dst_indices=dst)
+        o2, states = ct.recurrent_step(q[:, :2], k[:, :2], v[:, :2], beta[:, :2], pool, idx, g=-a[:, :2].abs(),
+                                       output_states=True)
+        return o.sum() + o1.sum() + o2.sum(), ck * 2, states + 1
+
+
+@needs_ops
+def test_compile_fullgraph_serving():
+    q, k, v, g, beta, h0 = inputs()
+    a_log, dt_bias = torch.rand(4) - 0.5, torch.rand(4) - 0.5
+    idx, dst = torch.tensor([3, 0], dtype=torch.int32), torch.tensor([[1, 2], [-1, 5]], dtype=torch.int32)
+    args = lambda pool: (q, k, v, -g, beta, pool, idx, a_log, dt_bias, dst)
+    want_pool, got_pool = torch.cat([h0, h0, h0]), torch.cat([h0, h0, h0])
+    with torch.no_grad():
+        want = ServingBlock()(*args(want_pool))
+        torch._dynamo.reset()
+        got = torch.compile(ServingBlock(), fullgraph=True, backend="aot_eager")(*args(got_pool))
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    assert torch.equal(got_pool, want_pool)
 
 
 class Block(torch.nn.Module):

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cgdr/cgdr.hpp"
+#include "cgdr/decode.hpp"
 #include "core/synthetic.h"
 
 namespace cgdr {
@@ -50,12 +51,15 @@ struct RunRequest {
   Precision precision = Precision::kAuto;
   Engine engine = Engine::kAuto;
   bool check_values = false;
+  int64_t checkpoint_every = -1;  // --checkpoint-every; -1: the case's metadata decides
   bool quiet = false;  // no summary line on success
   bool print_plan = false;  // --print-plan: the plan it ran and the time, on stdout
 };
 struct RunReport {
-  double seconds = 0.0;  // the cgdr::Run call alone
+  double seconds = 0.0;  // the cgdr::Run (or DecodeStep) call alone
   Problem problem;
+  bool decode = false;  // a decode case: decode_problem, not problem
+  DecodeProblem decode_problem;
 };
 Status RunCaseFile(const RunRequest& req, RunReport* report);
 
@@ -69,7 +73,7 @@ struct TensorAccuracy {
   bool ok() const { return rel_err <= limit; }
 };
 struct AccuracyReport {
-  std::vector<TensorAccuracy> tensors;  // out, final_state
+  std::vector<TensorAccuracy> tensors;  // out, final_state (and checkpoint_states, states)
   bool ok() const {
     for (const auto& t : tensors) {
       if (!t.ok()) return false;

@@ -165,6 +165,18 @@ Status ParseGolden(int argc, char** argv, GoldenRequest* r, bool* help) {
   return Status::Ok();
 }
 
+// Golden data is of prefill cases with dense states: the NPU operator has no
+// pools, checkpoints or decode (docs/SPEC.md 6d).
+Status RefuseServingCase(const std::string& path, const CaseFiles& c) {
+  const char* what = c.decode.present                      ? "a decode case"
+                     : c.inputs.state_indices.present()    ? "a state pool (state_indices)"
+                     : c.options.checkpoint_every > 0      ? "checkpoints (checkpoint_every)"
+                                                           : nullptr;
+  if (what == nullptr) return Status::Ok();
+  return Status::Invalid(path + ": " + what + " has no golden data (golden and compare take prefill cases with " +
+                         "dense states; docs/SPEC.md 6d)");
+}
+
 // The case: generated (and written to DIR/case) or read.
 struct LoadedInputs {
   Case generated;
@@ -186,6 +198,7 @@ Status GetCase(GoldenRequest* r, LoadedInputs* c) {
     return SaveCaseFiles(c->kind, BundlePath(c->kind, r->dir, "case"), c->inputs, c->options);
   }
   CGDR_CLI_TRY(LoadCaseFiles(r->input, &c->files));
+  CGDR_CLI_TRY(RefuseServingCase(r->input, c->files));
   c->inputs = c->files.inputs;
   c->options = c->files.options;
   c->kind = r->format_given ? r->format : c->files.files.kind();
@@ -344,6 +357,7 @@ Status CaseFacts(CompareRequest* r, const ResultFiles& golden) {
   if (r->case_path.empty()) return Status::Ok();
   CaseFiles c;
   CGDR_CLI_TRY(LoadCaseFiles(r->case_path, &c));
+  CGDR_CLI_TRY(RefuseServingCase(r->case_path, c));
   const TensorView& lens = c.inputs.seq_lens;
   if (lens.dtype != DType::kI32 || lens.rank != 1) {
     return Status::Invalid(r->case_path + ": seq_lens: expected int32 [B], got " + DTypeName(lens.dtype) + " " +

@@ -12,6 +12,7 @@
 #include "cgdr/cgdr.hpp"
 #include "cgdr/plan.hpp"
 #include "commands.h"
+#include "core/dtype.h"
 #include "core/strcat.h"
 #include "core/synthetic.h"
 #include "io/case_file.h"
@@ -26,8 +27,9 @@ const char kUsage[] =
     "commands:\n"
     "  run    --input CASE.safetensors --output RESULT.safetensors [--threads N]\n"
     "         [--algo auto|recurrent|chunk16|chunk32|chunk64] [--precision auto|fp32|bf16|bf16x3|bf16x4]\n"
-    "         [--engine auto|vector|amx|amx-emu] [--check-values] [--quiet] [--print-plan]\n"
-    "         Run one case file (SPEC 7) and write `out` and `final_state` atomically.\n"
+    "         [--engine auto|vector|amx|amx-emu] [--checkpoint-every E] [--check-values] [--quiet] [--print-plan]\n"
+    "         Run one case file (SPEC 7) and write `out` and `final_state` atomically: a prefill case\n"
+    "         (seq_lens; state pools, checkpoints), or a decode/verify case (no seq_lens; SPEC 6d).\n"
     "  plan   --t T --nk NK --nv NV --dk DK --dv DV [--b B] [--threads N]\n"
     "         [--dtype f16|bf16|f32] [--algo ...] [--precision ...] [--engine ...]\n"
     "         Print the plan for a shape (B sequences splitting T evenly).\n"
@@ -51,12 +53,19 @@ const char kRunUsage[] =
     "usage: cgdr run --input CASE.safetensors --output RESULT.safetensors [--threads N]\n"
     "                [--algo auto|recurrent|chunk16|chunk32|chunk64] [--check-values]\n"
     "                [--precision auto|fp32|bf16|bf16x3|bf16x4] [--engine auto|vector|amx|amx-emu]\n"
-    "                [--quiet] [--print-plan]\n"
+    "                [--checkpoint-every E] [--quiet] [--print-plan]\n"
     "  CASE: tensors query, key, value, beta, seq_lens (int32), optional g and initial_state\n"
     "        (out and final_state may ride along, ignored); metadata scale, state_layout (vk|kv),\n"
     "        use_qk_l2norm (true|false), use_beta_sigmoid (true|false); a, A_log, dt_bias (optional):\n"
     "        the gate in the kernel instead of g (SPEC 6d). Header: at most 100 MiB, 1048576 tensors, rank 8.\n"
-    "  RESULT: out (dtype of query) and final_state (dtype of initial_state, else query),\n"
+    "        Serving (SPEC 6d): state_indices (int32 [B]) makes initial_state a pool [P, Nv, ...] whose\n"
+    "        slots the sequences read and write; metadata checkpoint_every E (or --checkpoint-every E)\n"
+    "        adds checkpoint_states (f32), the state after every E tokens of each sequence.\n"
+    "        A decode case has no seq_lens: query [N, Nk, Dk] (one token) or [N, K, Nk, Dk] (verify,\n"
+    "        K <= 16), state_indices [N], the pool in initial_state, optional dst_indices [N, K]\n"
+    "        (the state after token j into slot dst_indices[n, j]) or metadata output_states true.\n"
+    "  RESULT: out (dtype of query) and final_state (dtype of initial_state, else query; a pool case's\n"
+    "        and a decode case's: the pool after the call), checkpoint_states, states (output_states),\n"
     "        written to a temporary file and renamed over RESULT: a new file, a regular file,\n"
     "        or where a symbolic link leads; never a directory, device, FIFO or socket.\n"
     "  On success one line on stdout: the plan, the time of the run (ms), tokens/s.\n"
@@ -68,6 +77,8 @@ const char kRunUsage[] =
     "                  bf16x3/bf16x4 (hi/lo split, compensated).\n"
     "  --engine        where bf16 products run: auto (default: AMX tiles where the CPU has\n"
     "                  them, else the vector units), vector, amx, amx-emu (TDPBF16PS emulated).\n"
+    "  --checkpoint-every E  checkpoints every E tokens (prefill; overrides the case's checkpoint_every;\n"
+    "                  0: none).\n"
     "  --print-plan    print the plan the run used (as 'cgdr plan' does) and its time on stdout.\n";
 
 const char kPlanUsage[] =
@@ -80,10 +91,14 @@ const char kMakeCaseUsage[] =
     "usage: cgdr make-case --out FILE [--t T | --lens 3,0,5] [--nk 2] [--nv 4] [--dk 16] [--dv 16]\n"
     "                      [--dtype f32] [--state-dtype DT] [--g-dtype f32] [--layout vk|kv]\n"
     "                      [--no-g] [--no-state] [--l2norm] [--raw-gate] [--beta-sigmoid] [--scale X]\n"
-    "                      [--seed N] [--break KIND]\n"
+    "                      [--slots 2,-1,0 [--pool P]] [--checkpoint-every E]\n"
+    "                      [--decode [--tokens K] [--dst 3,4,...] [--output-states]] [--seed N] [--break KIND]\n"
     "  --raw-gate: a, A_log, dt_bias instead of g; --beta-sigmoid: beta holds raw logits (SPEC 6d).\n"
+    "  --slots: state_indices, initial_state a pool of P slots (default: the largest slot + 2);\n"
+    "  --checkpoint-every: metadata checkpoint_every (written as given); --decode: a decode case of\n"
+    "  one sequence per slot, K tokens each with --tokens K (a token axis), dst_indices --dst (N x K).\n"
     "  A synthetic, well-conditioned case (testing). --break writes a deliberately bad one:\n"
-    "  beta-i32, key-shape, seq-lens, missing-beta, bad-layout, unknown-tensor.\n";
+    "  beta-i32, key-shape, seq-lens, missing-beta, bad-layout, unknown-tensor, slots-f32, dst-f32.\n";
 
 // The flags of run and plan: their parsers' lists, which `cgdr flags`
 // prints (tests/cli_conformance_test.py gives every one a row).
@@ -91,8 +106,9 @@ struct CommandFlags {
   const char* command;
   FlagList valued, switches;
 };
-const CommandFlags kRunFlags{"run", {"--input", "--output", "--threads", "--algo", "--precision", "--engine"},
-                             {"--check-values", "--quiet", "--print-plan"}};
+const CommandFlags kRunFlags{
+    "run", {"--input", "--output", "--threads", "--algo", "--precision", "--engine", "--checkpoint-every"},
+    {"--check-values", "--quiet", "--print-plan"}};
 const CommandFlags kPlanFlags{
     "plan", {"--t", "--nk", "--nv", "--dk", "--dv", "--b", "--threads", "--dtype", "--algo", "--precision", "--engine"}, {}};
 
@@ -150,6 +166,9 @@ Status ParseRun(int argc, char** argv, RunRequest* req, bool* help) {
   CGDR_CLI_TRY(ParseAlgoFlag(a, &req->algo));
   CGDR_CLI_TRY(ParsePrecisionFlag(a, &req->precision));
   CGDR_CLI_TRY(ParseEngineFlag(a, &req->engine));
+  if (a.Has("--checkpoint-every")) {
+    CGDR_CLI_TRY(a.Int("--checkpoint-every", 0, int64_t{1} << 62, 0, &req->checkpoint_every));
+  }
   req->check_values = a.Has("--check-values");
   req->quiet = a.Has("--quiet");
   req->print_plan = a.Has("--print-plan");
@@ -229,26 +248,107 @@ Status BreakCase(const std::string& kind, Case* c, std::vector<SafetensorsWriteT
   } else if (kind == "unknown-tensor") {
     t->push_back(*find("query"));
     t->back().name = "querry";
+  } else if (kind == "slots-f32" || kind == "dst-f32") {  // int32 indices stored as floats: right size, wrong dtype
+    auto it = find(kind == "slots-f32" ? "state_indices" : "dst_indices");
+    if (it == t->end()) {
+      return Status::Invalid("--break " + kind + " needs " + (kind == "slots-f32" ? "--slots" : "--dst"));
+    }
+    it->dtype = DType::kF32;
   } else {
     return Status::Invalid("--break: unknown kind '" + kind + "' (see 'cgdr make-case --help')");
   }
   return Status::Ok();
 }
 
+// make-case's serving flags (docs/SPEC.md 6d): a pool with state_indices,
+// checkpoint_every, and decode cases.
+struct ServingSpec {
+  std::vector<int64_t> slots, dst;
+  int64_t pool = 0;       // slots of the pool; 0: the largest slot + 2
+  int64_t every = 0;      // metadata checkpoint_every, written as given (0: none)
+  bool decode = false;
+  int64_t tokens = 0;     // K of a token axis; 0: none (one token, query [N, Nk, Dk])
+  bool output_states = false;
+};
+
+Status ParseServingSpec(const Args& a, ServingSpec* s) {
+  if (a.Has("--slots")) CGDR_CLI_TRY(a.IntList("--slots", INT32_MIN, INT32_MAX, &s->slots));
+  if (a.Has("--dst")) CGDR_CLI_TRY(a.IntList("--dst", INT32_MIN, INT32_MAX, &s->dst));
+  CGDR_CLI_TRY(a.Int("--pool", 1, 1 << 20, 0, &s->pool));
+  CGDR_CLI_TRY(a.Int("--checkpoint-every", INT64_MIN, INT64_MAX, 0, &s->every));
+  CGDR_CLI_TRY(a.Int("--tokens", 1, 64, 0, &s->tokens));
+  s->decode = a.Has("--decode");
+  s->output_states = a.Has("--output-states");
+  if (s->decode && s->slots.empty()) return Status::Invalid("--decode needs --slots (one sequence per slot)");
+  if (!s->decode && a.Has("--tokens")) return Status::Invalid("--tokens: only with --decode");
+  if (s->pool == 0) {
+    int64_t top = -1;
+    for (int64_t v : s->slots) top = std::max(top, v);
+    s->pool = std::max<int64_t>(top + 2, 1);
+  }
+  return Status::Ok();
+}
+
+// [N * K, ...] -> [N, K, ...]: the token axis of a decode case.
+void SplitTokenAxis(SafetensorsWriteTensor* t, int64_t K) {
+  std::vector<int64_t> shape{t->shape[0] / K, K};
+  shape.insert(shape.end(), t->shape.begin() + 1, t->shape.end());
+  t->shape = shape;
+}
+
 Status MakeCaseFile(int argc, char** argv, bool* help) {
   Args a;
   CGDR_CLI_TRY(a.Parse("make-case", argc, argv,
                        {"--out", "--t", "--lens", "--nk", "--nv", "--dk", "--dv", "--dtype", "--state-dtype",
-                        "--g-dtype", "--layout", "--scale", "--seed", "--break"},
-                       {"--no-g", "--no-state", "--l2norm", "--raw-gate", "--beta-sigmoid"}));
+                        "--g-dtype", "--layout", "--scale", "--seed", "--break", "--slots", "--pool",
+                        "--checkpoint-every", "--tokens", "--dst"},
+                       {"--no-g", "--no-state", "--l2norm", "--raw-gate", "--beta-sigmoid", "--decode",
+                        "--output-states"}));
   if ((*help = MaybeHelp(a, kMakeCaseUsage))) return Status::Ok();
   std::string path;
   CGDR_CLI_TRY(a.Require("--out", &path));
   CaseSpec spec;
   CGDR_CLI_TRY(ParseCaseSpec(a, MakeCaseDefaults(), &spec));
+  ServingSpec serving;
+  CGDR_CLI_TRY(ParseServingSpec(a, &serving));
+  const int64_t K = std::max<int64_t>(serving.tokens, 1);
+  if (serving.decode) spec.lens.assign(serving.slots.size(), static_cast<int32_t>(K));
   Case c = MakeCase(spec);
   std::vector<SafetensorsWriteTensor> tensors = CaseTensors(c.inputs());
   std::map<std::string, std::string> md = CaseMetadata(c.options());
+  auto find = [&](const char* name) {
+    return std::find_if(tensors.begin(), tensors.end(), [&](const auto& x) { return x.name == name; });
+  };
+  // The pool: P synthetic states (a case of P empty sequences), read through state_indices.
+  Case pool;
+  if (!serving.slots.empty()) {
+    CaseSpec pool_spec = spec;
+    pool_spec.lens.assign(static_cast<size_t>(serving.pool), 0);
+    pool_spec.seed = spec.seed + 1;
+    pool = MakeCase(pool_spec);
+  }
+  const std::vector<int32_t> slots(serving.slots.begin(), serving.slots.end());
+  const std::vector<int32_t> dst(serving.dst.begin(), serving.dst.end());
+  if (!slots.empty()) {
+    if (auto it = find("initial_state"); it != tensors.end()) *it = {"initial_state", pool.inputs().initial_state};
+    tensors.emplace_back("state_indices", DType::kI32, std::vector<int64_t>{static_cast<int64_t>(slots.size())},
+                         slots.data());
+  }
+  if (!dst.empty()) {
+    const int64_t n = slots.empty() ? 1 : static_cast<int64_t>(slots.size()), all = static_cast<int64_t>(dst.size());
+    tensors.emplace_back("dst_indices", DType::kI32,
+                         all % n == 0 ? std::vector<int64_t>{n, all / n} : std::vector<int64_t>{all}, dst.data());
+  }
+  if (serving.decode) {
+    tensors.erase(find("seq_lens"));
+    for (auto& t : tensors) {
+      const bool token_tensor = t.name == "query" || t.name == "key" || t.name == "value" || t.name == "beta" ||
+                                t.name == "g" || t.name == "a";
+      if (token_tensor && serving.tokens > 0) SplitTokenAxis(&t, K);
+    }
+  }
+  if (serving.every != 0) md["checkpoint_every"] = std::to_string(serving.every);
+  if (serving.output_states) md["output_states"] = "true";
   std::vector<int32_t> scratch;
   if (a.Has("--break")) CGDR_CLI_TRY(BreakCase(a.Get("--break"), &c, &tensors, &md, &scratch));
   return WriteSafetensors(path, tensors, md);
@@ -341,6 +441,28 @@ int ReportError(const Status& s) {
   return kExitError;
 }
 
+namespace {
+
+// A decode case (docs/SPEC.md 6b, 6d.2): DecodeStep on a copy of the case's
+// pool; the result holds out, the pool after the call and the states asked for.
+Status RunDecodeCase(const RunRequest& req, const LoadedCase& c, const Options& opt, RunReport* report) {
+  if (req.checkpoint_every > 0) {
+    return Status::Invalid(Cat(req.input, ": --checkpoint-every: only for a prefill case (one with seq_lens), ",
+                               "not a decode case"));
+  }
+  DecodeBuffers d;
+  if (Status s = PrepareDecodeOutputs(c.decode, opt, &d); !s.ok()) return Status(s.code(), Prefixed(req.input, s));
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status s = DecodeStep(d.inputs, d.views, opt);
+  report->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!s.ok()) return Status(s.code(), Prefixed(req.input, s));
+  report->decode = true;
+  report->decode_problem = d.problem;
+  return SaveDecodeResult(req.output, d, opt);
+}
+
+}  // namespace
+
 Status RunCaseFile(const RunRequest& req, RunReport* report) {
   LoadedCase c;
   CGDR_CLI_TRY(LoadCase(req.input, &c));
@@ -349,6 +471,8 @@ Status RunCaseFile(const RunRequest& req, RunReport* report) {
   c.options.precision = req.precision;
   c.options.engine = req.engine;
   c.options.check_values = req.check_values;
+  if (c.decode.present) return RunDecodeCase(req, c, c.options, report);
+  if (req.checkpoint_every >= 0) c.options.checkpoint_every = req.checkpoint_every;
   OutputBuffers out;
   if (Status s = PrepareOutputs(c.inputs, c.options, &out); !s.ok()) return Status(s.code(), Prefixed(req.input, s));
   const auto t0 = std::chrono::steady_clock::now();
@@ -359,37 +483,173 @@ Status RunCaseFile(const RunRequest& req, RunReport* report) {
   return SaveResult(req.output, out.views, c.options);
 }
 
+namespace {
+
+// A tensor of any float dtype as doubles.
+std::vector<double> AsDoubles(const TensorView& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = LoadAsF32(t.data, t.dtype, static_cast<int64_t>(i));
+  return v;
+}
+
+// Copies row `from` of `src` (rows of `row` elements) into row `to` of `dst`.
+void CopyRow(const std::vector<double>& src, int64_t from, std::vector<double>* dst, int64_t to, int64_t row) {
+  std::copy_n(src.begin() + from * row, row, dst->begin() + to * row);
+}
+
+// The checkpoint_every the result was computed with: its own metadata (cgdr
+// run writes it with checkpoints), else none without checkpoint_states (a run
+// with --checkpoint-every 0), else the case's.
+Status ResultCheckpointEvery(const std::string& path, const LoadedResult& r, int64_t* every) {
+  const auto& md = r.file.metadata();
+  const auto it = md.find("checkpoint_every");
+  if (it != md.end()) return Args::ParseInt(path + ": metadata 'checkpoint_every'", it->second, 0, INT64_MAX, every);
+  if (!r.outputs.checkpoint_states.present()) *every = 0;
+  return Status::Ok();
+}
+
+// A pool case's expected final_state: the case's pool with the slot of each
+// sequence (state_indices[b] >= 0) replaced by its FP64 final state.
+std::vector<double> ExpectedPool(const Inputs& in, const Problem& p, const std::vector<double>& final_states) {
+  std::vector<double> pool = AsDoubles(in.initial_state);
+  const int64_t slot = p.Nv * p.Dk * p.Dv;
+  for (int64_t b = 0; b < p.B; ++b) {
+    if (p.Slot(b) >= 0) CopyRow(final_states, b, &pool, p.Slot(b), slot);
+  }
+  return pool;
+}
+
+Status CheckDecodeResult(const std::string& case_path, const std::string& result_path, const LoadedCase& c,
+                         const LoadedResult& r, const std::vector<int64_t>& heads, double cap, AccuracyReport* report);
+
+Status CheckHeads(const std::vector<int64_t>& heads, int64_t Nv) {
+  for (int64_t h : heads) {
+    if (h >= Nv) return Status::Invalid(Cat("--heads: head ", h, " out of range (Nv = ", Nv, ")"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status CheckResultFile(const std::string& case_path, const std::string& result_path, const std::vector<int64_t>& heads,
                        double cap, AccuracyReport* report) {
   LoadedCase c;
   CGDR_CLI_TRY(LoadCase(case_path, &c));
   LoadedResult r;
   CGDR_CLI_TRY(LoadResult(result_path, &r));
+  if (c.decode.present) return CheckDecodeResult(case_path, result_path, c, r, heads, cap, report);
+  CGDR_CLI_TRY(ResultCheckpointEvery(result_path, r, &c.options.checkpoint_every));
   // Validate with the result as the outputs: its shapes and dtypes must be the ones the case implies.
   Problem p;
   if (Status s = Validate(c.inputs, r.outputs, c.options, &p); !s.ok()) {
     return Status::Invalid(case_path + " + " + result_path + ": " + s.message());
   }
-  for (int64_t h : heads) {
-    if (h >= p.Nv)
-      return Status::Invalid("--heads: head " + std::to_string(h) + " out of range (Nv = " + std::to_string(p.Nv) +
-                             ")");
-  }
+  CGDR_CLI_TRY(CheckHeads(heads, p.Nv));
   ReferenceResult ref;
   ReferenceRun(c.inputs, p, &ref, heads);
+  const std::vector<double> final_ref =
+      p.state_slots.empty() ? ref.final_state : ExpectedPool(c.inputs, p, ref.final_state);
   report->tensors = {Accuracy("out", r.outputs.out, ref.out, p.Nv, heads, cap),
-                     Accuracy("final_state", r.outputs.final_state, ref.final_state, p.Nv, heads, cap)};
+                     Accuracy("final_state", r.outputs.final_state, final_ref, p.Nv, heads, cap)};
+  if (r.outputs.checkpoint_states.present()) {
+    report->tensors.push_back(
+        Accuracy("checkpoint_states", r.outputs.checkpoint_states, ref.checkpoint_states, p.Nv, heads, cap));
+  }
   return Status::Ok();
 }
 
+namespace {
+
+// [N, K, ...] -> [N * K, ...]: a decode case's token tensors as a prefill's.
+TensorView MergeTokenAxis(const TensorView& t, bool token_axis) {
+  if (!t.present() || !token_axis || t.rank < 2) return t;
+  std::vector<int64_t> shape{t.shape[0] * t.shape[1]};
+  shape.insert(shape.end(), t.shape.begin() + 2, t.shape.begin() + t.rank);
+  return TensorView(t.data, t.dtype, shape);
+}
+
+// A decode case's FP64 reference: a prefill of K tokens per sequence from its
+// slot, with a checkpoint after every token (the per-token states). Rows of
+// skipped sequences (negative index) are zeros, as DecodeStep writes them.
+struct DecodeReference {
+  std::vector<double> out, states, pool;
+};
+
+void DecodeReferenceRun(const DecodeCase& dc, const DecodeProblem& dp, const Options& opt,
+                        const std::vector<int64_t>& heads, DecodeReference* result) {
+  const DecodeInputs& d = dc.inputs;
+  const bool axis = d.query.rank == 4;
+  const int64_t N = dp.N, K = dp.K, slot = dp.Nv * dp.Dk * dp.Dv, row = dp.Nv * dp.Dv;
+  std::vector<int32_t> lens(static_cast<size_t>(N), static_cast<int32_t>(K));
+  Inputs in{MergeTokenAxis(d.query, axis), MergeTokenAxis(d.key, axis), MergeTokenAxis(d.value, axis),
+            MergeTokenAxis(d.beta, axis), MergeTokenAxis(d.g, axis), d.state_pool,
+            TensorView(lens.data(), DType::kI32, {N}), MergeTokenAxis(d.a, axis), d.A_log, d.dt_bias, d.state_indices};
+  Options prefill = opt;
+  prefill.checkpoint_every = 1;
+  prefill.state_slot_stride = 0;
+  Problem p;
+  ValidateInputs(in, prefill, &p);  // the decode validation passed: these are the same tensors
+  ReferenceResult ref;
+  ReferenceRun(in, p, &ref, heads);
+  result->out.assign(ref.out.size(), 0.0);
+  result->states.assign(ref.checkpoint_states.size(), 0.0);
+  result->pool = AsDoubles(d.state_pool);
+  const auto* src = static_cast<const int32_t*>(d.state_indices.data);
+  const auto* dst = static_cast<const int32_t*>(d.dst_indices.data);
+  for (int64_t n = 0; n < N; ++n) {
+    if (src[n] < 0) continue;
+    for (int64_t j = 0; j < K; ++j) {
+      CopyRow(ref.out, n * K + j, &result->out, n * K + j, row);
+      CopyRow(ref.checkpoint_states, n * K + j, &result->states, n * K + j, slot);
+      if (dst != nullptr && dst[n * K + j] >= 0) {
+        CopyRow(ref.checkpoint_states, n * K + j, &result->pool, dst[n * K + j], slot);
+      }
+    }
+    if (dst == nullptr && !dc.output_states) CopyRow(ref.final_state, n, &result->pool, src[n], slot);
+  }
+}
+
+Status CheckDecodeResult(const std::string& case_path, const std::string& result_path, const LoadedCase& c,
+                         const LoadedResult& r, const std::vector<int64_t>& heads, double cap, AccuracyReport* report) {
+  const TensorView& pool = c.decode.inputs.state_pool;
+  const TensorView& after = r.outputs.final_state;
+  DecodeProblem dp;
+  Status s = ValidateDecode(c.decode.inputs, DecodeOutputs{r.outputs.out, r.states}, c.options, &dp);
+  if (s.ok() && c.decode.output_states != r.states.present()) {
+    s = Status::Invalid(Cat("states: expected ", c.decode.output_states ? "it (metadata output_states)" : "none"));
+  }
+  if (s.ok() && (after.dtype != pool.dtype || after.ShapeString() != pool.ShapeString())) {
+    s = Status::Invalid(Cat("final_state: expected the pool's dtype and shape ", DTypeName(pool.dtype), " ",
+                            pool.ShapeString(), ", got ", DTypeName(after.dtype), " ", after.ShapeString()));
+  }
+  if (!s.ok()) return Status::Invalid(case_path + " + " + result_path + ": " + s.message());
+  CGDR_CLI_TRY(CheckHeads(heads, dp.Nv));
+  DecodeReference ref;
+  DecodeReferenceRun(c.decode, dp, c.options, heads, &ref);
+  report->tensors = {Accuracy("out", r.outputs.out, ref.out, dp.Nv, heads, cap),
+                     Accuracy("final_state", after, ref.pool, dp.Nv, heads, cap)};
+  if (r.states.present()) report->tensors.push_back(Accuracy("states", r.states, ref.states, dp.Nv, heads, cap));
+  return Status::Ok();
+}
+
+}  // namespace
+
 void PrintAccuracy(const AccuracyReport& r) {
   for (const auto& t : r.tensors) {
-    std::printf("  %-12s rel err %.3e  (%s; rounding floor %.3e, limit %.3e)  %s\n", t.name, t.rel_err,
+    std::printf("  %-17s rel err %.3e  (%s; rounding floor %.3e, limit %.3e)  %s\n", t.name, t.rel_err,
                 DTypeName(t.dtype), t.rounding_floor, t.limit, t.ok() ? "ok" : "FAIL");
   }
 }
 
 std::string RunSummary(const RunRequest& req, const RunReport& r) {
+  if (r.decode) {
+    const DecodeProblem& d = r.decode_problem;
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.3f ms", r.seconds * 1e3);
+    return Cat("cgdr run: decode of ", d.N, " sequences x ", d.K, d.K == 1 ? " token" : " tokens", " (P=", d.P,
+               " Nk=", d.Nk, " Nv=", d.Nv, " Dk=", d.Dk, " Dv=", d.Dv, " ", DTypeName(d.dtype), ", pool ",
+               DTypeName(d.state_dtype), "): ", ms, "; wrote ", req.output);
+  }
   const Problem& p = r.problem;
   Plan plan;
   const std::string how =
@@ -412,7 +672,9 @@ int RunMain(int argc, char** argv) {
   RunReport report;
   if (Status s = RunCaseFile(req, &report); !s.ok()) return ReportError(s);
   if (!req.quiet) std::printf("%s\n", OneLine(RunSummary(req, report)).c_str());
-  if (req.print_plan) {
+  if (req.print_plan && report.decode) {
+    std::printf("decode: no plan (the decode step, docs/SPEC.md 6b)\nrun: %.6f s\n", report.seconds);
+  } else if (req.print_plan) {
     // The plan is a function of the validated problem and the profile: the one Run made.
     Plan plan;
     if (Status s = MakePlan(report.problem, DefaultProfile(), &plan); !s.ok()) return ReportError(s);

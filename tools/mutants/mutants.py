@@ -82,7 +82,8 @@ MUTANTS = [
     Mutant("io-trailing-bytes", "src/io/safetensors.cc",
            "if (pos != data_size)", "if (pos + 1 < data_size)", CONF + "|safetensors"),
     Mutant("io-case-l2norm-dropped", "src/io/case_file.cc",
-           "opt->use_qk_l2norm = v == \"true\";", "opt->use_qk_l2norm = false;", CLI),
+           "CGDR_TRY(ParseBool(path, key, v, &opt->use_qk_l2norm));",
+           "CGDR_TRY(ParseBool(path, key, v, &opt->check_values));", CLI),  # check_values: the flag's, set after
     Mutant("io-npy-header-limit", "src/io/npy.cc",
            "if (*dict_len > kMaxHeaderBytes)", "if (*dict_len > kMaxHeaderBytes + 1)", CONF),
     Mutant("io-manifest-dim-limit", "src/io/tensor_files.cc",
@@ -156,7 +157,7 @@ MUTANTS = [
     Mutant("py-cu_seqlens-last-offset", "python/cgdr/__init__.py",
            "if cu[-1] != T:", "if cu[-1] > T:", PY),
     Mutant("py-torch-state_v_first-dropped", "python/cgdr/torch.py",
-           "state_layout=\"vk\" if state_v_first else \"kv\")", "state_layout=\"kv\")", PY),
+           "return \"vk\" if state_v_first else \"kv\"", "return \"kv\"", PY),
     Mutant("py-dropin-unasked-state", "python/cgdr/torch.py",
            "return out.to(query.dtype), (state if output_final_state else None)", "return out.to(query.dtype), state", PY),
     Mutant("py-strided-input-not-copied", "python/cgdr/_tensors.py",
