@@ -240,10 +240,19 @@ struct TileTerm {
   bool a_lo, b_lo;
 };
 
-// The terms of a job, in accumulation order.
+// The terms of a job, in accumulation order: each term changes one operand
+// where it can, so a 2 x 2 block loads each of its 8 operand tiles of a k
+// tile once (bf16x3: hi*lo, hi*hi, lo*hi), not 10 times; else the small
+// terms first (hi*lo, lo*lo, lo*hi, then hi*hi).
 HWY_INLINE int JobTerms(const TileJob& job, TileTerm (&terms)[4]) {
   const bool al = job.a.lo != nullptr, bl = job.b.lo != nullptr;
   int count = 0;
+  if (al && bl && !job.lolo) {
+    terms[count++] = TileTerm{false, true};
+    terms[count++] = TileTerm{false, false};
+    terms[count++] = TileTerm{true, false};
+    return count;
+  }
   if (bl) terms[count++] = TileTerm{false, true};
   if (al && bl && job.lolo) terms[count++] = TileTerm{true, true};
   if (al) terms[count++] = TileTerm{true, false};
