@@ -121,20 +121,11 @@ void Raise(const cgdr::Status& s) {
   }
 }
 
-void Prefill(const py::object& query, const py::object& key, const py::object& value, const py::object& beta,
-             const py::object& g, const py::object& initial_state, const py::object& seq_lens, const py::object& out,
-             const py::object& final_state, double scale, bool use_qk_l2norm, const std::string& state_layout,
-             int threads, const std::string& algo, bool check_values, const std::string& precision,
-             const std::string& engine, int v_step, int dk_bucket, const py::object& a, const py::object& A_log,
-             const py::object& dt_bias, bool use_beta_sigmoid, const py::object& state_indices, int64_t state_slot_stride,
-             const py::object& checkpoint_states, int64_t checkpoint_every) {
+// The tensors of SPEC 2.1 that prefill and golden both take.
+cgdr::Inputs PrefillInputs(const py::object& query, const py::object& key, const py::object& value,
+                           const py::object& beta, const py::object& g, const py::object& initial_state,
+                           const py::object& seq_lens) {
   cgdr::Inputs in;
-  cgdr::Outputs o;
-  in.a = ToView("a", a);
-  in.A_log = ToView("A_log", A_log);
-  in.dt_bias = ToView("dt_bias", dt_bias);
-  in.state_indices = ToView("state_indices", state_indices);
-  o.checkpoint_states = ToView("checkpoint_states", checkpoint_states, true);
   in.query = ToView("query", query);
   in.key = ToView("key", key);
   in.value = ToView("value", value);
@@ -142,6 +133,23 @@ void Prefill(const py::object& query, const py::object& key, const py::object& v
   in.g = ToView("g", g);
   in.initial_state = ToView("initial_state", initial_state);
   in.seq_lens = ToView("seq_lens", seq_lens);
+  return in;
+}
+
+void Prefill(const py::object& query, const py::object& key, const py::object& value, const py::object& beta,
+             const py::object& g, const py::object& initial_state, const py::object& seq_lens, const py::object& out,
+             const py::object& final_state, double scale, bool use_qk_l2norm, const std::string& state_layout,
+             int threads, const std::string& algo, bool check_values, const std::string& precision,
+             const std::string& engine, int v_step, int dk_bucket, const py::object& a, const py::object& A_log,
+             const py::object& dt_bias, bool use_beta_sigmoid, const py::object& state_indices, int64_t state_slot_stride,
+             const py::object& checkpoint_states, int64_t checkpoint_every) {
+  cgdr::Inputs in = PrefillInputs(query, key, value, beta, g, initial_state, seq_lens);
+  cgdr::Outputs o;
+  in.a = ToView("a", a);
+  in.A_log = ToView("A_log", A_log);
+  in.dt_bias = ToView("dt_bias", dt_bias);
+  in.state_indices = ToView("state_indices", state_indices);
+  o.checkpoint_states = ToView("checkpoint_states", checkpoint_states, true);
   o.out = ToView("out", out, true);
   o.final_state = ToView("final_state", final_state, true);
   cgdr::Options opt =
@@ -195,14 +203,7 @@ void Golden(const py::object& query, const py::object& key, const py::object& va
             const py::tuple& bench, const py::tuple& actual, double scale, bool use_qk_l2norm,
             const std::string& state_layout, int threads, const std::string& operands, const std::string& engine,
             const std::string& fault) {
-  cgdr::Inputs in;
-  in.query = ToView("query", query);
-  in.key = ToView("key", key);
-  in.value = ToView("value", value);
-  in.beta = ToView("beta", beta);
-  in.g = ToView("g", g);
-  in.initial_state = ToView("initial_state", initial_state);
-  in.seq_lens = ToView("seq_lens", seq_lens);
+  const cgdr::Inputs in = PrefillInputs(query, key, value, beta, g, initial_state, seq_lens);
   const auto outputs = [](const char* name, const py::tuple& t) {
     cgdr::Outputs o;
     o.out = ToView((std::string(name) + "['out']").c_str(), t[0], true);
