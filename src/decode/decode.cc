@@ -22,10 +22,11 @@
 // lines; the next call reads them, not this one). Layout vk runs the K tokens
 // on one block of rows at a time (rows are independent), so the block stays
 // in L1, one pass per token: the update of token t also sums token t + 1's
-// S^T k and streams the rows out. Layout kv runs them on the whole head in L2
-// and copies each token's state out. Even so verify is bound by its bytes
-// (1 read + K writes of each state) and, on a machine whose steps already run
-// at memory speed, gains at most 2K / (K + 1) over K steps (SPEC 6d.2).
+// S^T k and streams the rows out. Layout kv runs them on the whole head in
+// L2 and streams each token's state out in its update pass. Even so verify is
+// bound by its bytes (1 read + K writes of each state) and, on a machine whose
+// steps already run at memory speed, gains at most 2K / (K + 1) over K steps
+// (SPEC 6d.2).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "decode/decode.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -164,10 +165,12 @@ HWY_INLINE void AccumulateRowsKV(const PoolElem<kT>* HWY_RESTRICT S, int64_t i0,
 // Layout kv, second pass over rows [i0, i0 + R): S_i = a S_i + k_i u^T,
 // acc += q_i S_i. It reads the head from L2, so it also prefetches the next
 // head (same sequence, usually this thread's next item) meanwhile.
+// `stream_to` (verify; rows of whole vectors, aligned): the updated rows also
+// go there with streaming stores in the same pass.
 template <DType kT, int R>
 HWY_INLINE void UpdateRowsKV(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t i0, int64_t Dk, int64_t Dv,
                              const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT u,
-                             float a, float* HWY_RESTRICT acc) {
+                             float a, float* HWY_RESTRICT acc, PoolElem<kT>* stream_to) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t full = Dv - Dv % L;
@@ -188,6 +191,9 @@ HWY_INLINE void UpdateRowsKV(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t
     for (int r = 0; r < R; ++r) {
       const auto s = hn::MulAdd(vk[r], vu, hn::Mul(va, LoadVectorAs<kT>(d, row[r], j)));
       StoreVectorAs<kT>(d, s, out_row[r], j);
+      if constexpr (kStreamableAs<kT>) {
+        if (stream_to != nullptr) StoreVectorAs<kT, true>(d, s, stream_to + (i0 + r) * Dv, j);
+      }
       x = hn::MulAdd(vq[r], s, x);
     }
     hn::Store(x, d, acc + j);
@@ -215,13 +221,14 @@ HWY_INLINE void StepHeadVKAs(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t
 }
 
 // One head in layout kv, one token: S is [Dk][Dv] in the pool's dtype, read
-// from src and written to dst. v and the scratch buffers `acc` and `u` hold
-// Dv floats padded to a multiple of the vector width.
+// from src and written to dst (and streamed to `stream_to`, UpdateRowsKV). v
+// and the scratch buffers `acc` and `u` hold Dv floats padded to a multiple
+// of the vector width.
 template <DType kT>
 HWY_INLINE void StepHeadKVAs(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t Dk, int64_t Dv,
                              const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
                              float beta, float a, float scale, float* HWY_RESTRICT o, float* HWY_RESTRICT acc,
-                             float* HWY_RESTRICT u) {
+                             float* HWY_RESTRICT u, PoolElem<kT>* stream_to = nullptr) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t padded = (Dv + L - 1) / L * L;
@@ -237,8 +244,8 @@ HWY_INLINE void StepHeadKVAs(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t
     hn::Store(hn::Zero(d), d, acc + j);
   }
   // S = a S + k u^T; acc = S^T q.
-  for (i = 0; i + 4 <= Dk; i += 4) UpdateRowsKV<kT, 4>(src, dst, i, Dk, Dv, q, k, u, a, acc);
-  for (; i < Dk; ++i) UpdateRowsKV<kT, 1>(src, dst, i, Dk, Dv, q, k, u, a, acc);
+  for (i = 0; i + 4 <= Dk; i += 4) UpdateRowsKV<kT, 4>(src, dst, i, Dk, Dv, q, k, u, a, acc, stream_to);
+  for (; i < Dk; ++i) UpdateRowsKV<kT, 1>(src, dst, i, Dk, Dv, q, k, u, a, acc, stream_to);
   for (int64_t j = 0; j < Dv; ++j) o[j] = scale * acc[j];
 }
 
@@ -353,13 +360,14 @@ HWY_INLINE void VerifyRowsVK(const HeadTokens& h, int64_t j0, bool stream) {
   }
 }
 
-// Whether every destination row of a vk item can take whole-vector streaming
-// stores: rows of whole vectors, each destination aligned to a vector.
+// Whether every destination row of an item (rows of `row` elements) can take
+// whole-vector streaming stores: rows of whole vectors, each destination
+// aligned to a vector.
 template <DType kT>
-HWY_INLINE bool StreamsRowsVK(const HeadTokens& h) {
+HWY_INLINE bool StreamsRows(const HeadTokens& h, int64_t row) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  if (!kStreamableAs<kT> || h.Dk % L != 0) return false;
+  if (!kStreamableAs<kT> || row % L != 0) return false;
   const auto vector_bytes = static_cast<uintptr_t>(L * kDTypeBytes<kT>);
   for (int64_t t = 0; t < h.K; ++t) {
     if (reinterpret_cast<uintptr_t>(h.dst[t]) % vector_bytes != 0) return false;
@@ -382,30 +390,34 @@ HWY_INLINE void StepTokensVK(const HeadTokens& h) {
     for (; j < h.Dv; ++j) token(j, std::integral_constant<int, 1>());
     return;
   }
-  const bool stream = StreamsRowsVK<kT>(h);
+  const bool stream = StreamsRows<kT>(h, h.Dk);
   int64_t j = 0;
   for (; j + 4 <= h.Dv; j += 4) VerifyRowsVK<kT, 4>(h, j, stream);
   for (; j < h.Dv; ++j) VerifyRowsVK<kT, 1>(h, j, stream);
 }
 
 // An item's K tokens in layout kv: a single step whose destination is its
-// source in place; otherwise the whole head through the carry buffer (in L2).
+// source in place; otherwise the whole head through the carry buffer (in L2),
+// each token's state streamed to its destination in its update pass where
+// the rows take it (StreamsRows), else copied out after it.
 template <DType kT>
 HWY_INLINE void StepTokensKV(const HeadTokens& h) {
   const auto* src = static_cast<const PoolElem<kT>*>(h.src);
-  const auto token = [&](int64_t t, const PoolElem<kT>* from, PoolElem<kT>* to) {
+  const auto token = [&](int64_t t, const PoolElem<kT>* from, PoolElem<kT>* to, PoolElem<kT>* stream_to) {
     StepHeadKVAs<kT>(from, to, h.Dk, h.Dv, h.q + t * h.row, h.k + t * h.row, h.v + t * h.row, h.beta[t], h.decay[t],
-                     h.scale, h.o + t * h.row, h.acc, h.u);
+                     h.scale, h.o + t * h.row, h.acc, h.u, stream_to);
   };
   if (h.InPlace()) {
     auto* S = static_cast<PoolElem<kT>*>(h.dst[0]);
-    token(0, S, S);
+    token(0, S, S, nullptr);
     return;
   }
   auto* carry = static_cast<PoolElem<kT>*>(h.carry);
+  const bool stream = StreamsRows<kT>(h, h.Dv);
   for (int64_t t = 0; t < h.K; ++t) {
-    token(t, t == 0 ? src : carry, carry);
-    if (h.dst[t] != nullptr) CopyOut(carry, h.dst[t], h.Dk * h.Dv * kDTypeBytes<kT>);
+    auto* to = static_cast<PoolElem<kT>*>(h.dst[t]);
+    token(t, t == 0 ? src : carry, carry, stream ? to : nullptr);
+    if (to != nullptr && !stream) CopyOut(carry, to, h.Dk * h.Dv * kDTypeBytes<kT>);
   }
 }
 
