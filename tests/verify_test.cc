@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <new>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -25,7 +26,20 @@
 namespace cgdr {
 namespace {
 
-using Buf = std::vector<uint8_t>;
+// Line-aligned storage, as a torch tensor's: destinations of whole vectors
+// then take verify's streaming stores (a slot stride or a tail can still
+// leave a destination unaligned: the copy path).
+template <class T>
+struct LineAligned {
+  using value_type = T;
+  LineAligned() = default;
+  template <class U>
+  LineAligned(const LineAligned<U>&) {}  // NOLINT: allocators convert implicitly
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
+  bool operator==(const LineAligned&) const { return true; }
+};
+using Buf = std::vector<uint8_t, LineAligned<uint8_t>>;
 
 // Rows {n * K + j : n < N} of a [N * K, ...] tensor as a dense [N, ...] buffer.
 Buf TokenRows(const TensorView& t, int64_t N, int64_t K, int64_t j) {
@@ -224,6 +238,22 @@ TEST(Verify, EqualsSingleStepsBitwise) {
           ExpectEqualsSingleSteps(d, mode, 0);
         }
       }
+    }
+  }
+}
+
+// Rows of whole vectors in aligned slots: each token's state streams to its
+// destination in the pass that computes it (decode.cc VerifyRowsVK).
+TEST(Verify, StreamedDestinationsBitwise) {
+  for (StateLayout layout : {StateLayout::kVK, StateLayout::kKV}) {
+    for (DType pool_dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      SCOPED_TRACE(std::string(StateLayoutName(layout)) + " pool " + DTypeName(pool_dt));
+      CaseSpec spec = VerifySpec(layout, DType::kF32, true, true);
+      spec.Dk = 32;
+      spec.Dv = 12;
+      Draft d(spec, 3, 4, pool_dt);
+      ExpectEqualsSingleSteps(d, Mode::kSlots, 0);
+      ExpectEqualsSingleSteps(d, Mode::kDense, 0);
     }
   }
 }

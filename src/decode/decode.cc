@@ -17,16 +17,24 @@
 // With a token axis (docs/SPEC.md 6d: speculative decoding's verify), an item
 // runs K tokens on its state read once from the pool: the state lives in a
 // per-thread carry buffer in the pool's dtype between tokens (so each token
-// is bit for bit a single step, rounding included), and after token j it is
-// copied out to its destination with streaming stores. Layout vk runs the K
-// tokens on one block of rows at a time (rows are independent), so the block
-// stays in L1; layout kv runs them on the whole head in L2.
+// is bit for bit a single step, rounding included) and goes to each token's
+// destination with streaming stores (no read for ownership of the fresh
+// lines; the next call reads them, not this one). Layout vk runs the K tokens
+// on one block of rows at a time (rows are independent), so the block stays
+// in L1, one pass per token: the update of token t also sums token t + 1's
+// S^T k and streams the rows out. Layout kv runs them on the whole head in
+// L2 and streams each token's state out in its update pass. Even so verify is
+// bound by its bytes (1 read + K writes of each state) and, on a machine whose
+// steps already run at memory speed, gains at most 2K / (K + 1) over K steps
+// (SPEC 6d.2).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "decode/decode.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "cgdr/cgdr.hpp"
@@ -157,10 +165,12 @@ HWY_INLINE void AccumulateRowsKV(const PoolElem<kT>* HWY_RESTRICT S, int64_t i0,
 // Layout kv, second pass over rows [i0, i0 + R): S_i = a S_i + k_i u^T,
 // acc += q_i S_i. It reads the head from L2, so it also prefetches the next
 // head (same sequence, usually this thread's next item) meanwhile.
+// `stream_to` (verify; rows of whole vectors, aligned): the updated rows also
+// go there with streaming stores in the same pass.
 template <DType kT, int R>
 HWY_INLINE void UpdateRowsKV(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t i0, int64_t Dk, int64_t Dv,
                              const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT u,
-                             float a, float* HWY_RESTRICT acc) {
+                             float a, float* HWY_RESTRICT acc, PoolElem<kT>* stream_to) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t full = Dv - Dv % L;
@@ -181,6 +191,9 @@ HWY_INLINE void UpdateRowsKV(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t
     for (int r = 0; r < R; ++r) {
       const auto s = hn::MulAdd(vk[r], vu, hn::Mul(va, LoadVectorAs<kT>(d, row[r], j)));
       StoreVectorAs<kT>(d, s, out_row[r], j);
+      if constexpr (kStreamableAs<kT>) {
+        if (stream_to != nullptr) StoreVectorAs<kT, true>(d, s, stream_to + (i0 + r) * Dv, j);
+      }
       x = hn::MulAdd(vq[r], s, x);
     }
     hn::Store(x, d, acc + j);
@@ -208,13 +221,14 @@ HWY_INLINE void StepHeadVKAs(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t
 }
 
 // One head in layout kv, one token: S is [Dk][Dv] in the pool's dtype, read
-// from src and written to dst. v and the scratch buffers `acc` and `u` hold
-// Dv floats padded to a multiple of the vector width.
+// from src and written to dst (and streamed to `stream_to`, UpdateRowsKV). v
+// and the scratch buffers `acc` and `u` hold Dv floats padded to a multiple
+// of the vector width.
 template <DType kT>
 HWY_INLINE void StepHeadKVAs(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t Dk, int64_t Dv,
                              const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
                              float beta, float a, float scale, float* HWY_RESTRICT o, float* HWY_RESTRICT acc,
-                             float* HWY_RESTRICT u) {
+                             float* HWY_RESTRICT u, PoolElem<kT>* stream_to = nullptr) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t padded = (Dv + L - 1) / L * L;
@@ -230,77 +244,180 @@ HWY_INLINE void StepHeadKVAs(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t
     hn::Store(hn::Zero(d), d, acc + j);
   }
   // S = a S + k u^T; acc = S^T q.
-  for (i = 0; i + 4 <= Dk; i += 4) UpdateRowsKV<kT, 4>(src, dst, i, Dk, Dv, q, k, u, a, acc);
-  for (; i < Dk; ++i) UpdateRowsKV<kT, 1>(src, dst, i, Dk, Dv, q, k, u, a, acc);
+  for (i = 0; i + 4 <= Dk; i += 4) UpdateRowsKV<kT, 4>(src, dst, i, Dk, Dv, q, k, u, a, acc, stream_to);
+  for (; i < Dk; ++i) UpdateRowsKV<kT, 1>(src, dst, i, Dk, Dv, q, k, u, a, acc, stream_to);
   for (int64_t j = 0; j < Dv; ++j) o[j] = scale * acc[j];
 }
 
-// A token's state out of the carry buffer to its destination: streaming
-// stores where the destination is aligned for them (it is written once and
-// read by a later call, not by this one), a copy otherwise.
+// A token's state out of the carry buffer to its destination with streaming
+// stores (it is written once and read by a later call, not by this one):
+// they skip the read-for-ownership an ordinary store of a fresh line costs and
+// keep the destinations from evicting the source. Only whole aligned vectors
+// stream (a pool need not be aligned: a std::vector's is 16 bytes off); the
+// ragged ends are plain copies.
 HWY_INLINE void CopyOut(const void* HWY_RESTRICT from, void* HWY_RESTRICT to, int64_t bytes) {
   const hn::ScalableTag<uint8_t> d8;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d8));
   const auto* src = static_cast<const uint8_t*>(from);
   auto* dst = static_cast<uint8_t*>(to);
-  int64_t i = 0;
-  if (reinterpret_cast<uintptr_t>(dst) % static_cast<uintptr_t>(N) == 0) {
-    for (; i + N <= bytes; i += N) hn::Stream(hn::LoadU(d8, src + i), d8, dst + i);
-  }
+  const int64_t misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(dst) % static_cast<uintptr_t>(N));
+  const int64_t head = std::min<int64_t>(bytes, misaligned == 0 ? 0 : N - misaligned);
+  std::memcpy(dst, src, static_cast<size_t>(head));
+  int64_t i = head;
+  for (; i + N <= bytes; i += N) hn::Stream(hn::LoadU(d8, src + i), d8, dst + i);
   std::memcpy(dst + i, src + i, static_cast<size_t>(bytes - i));
+}
+
+// Token t of a verify item on rows [j0, j0 + R) in layout vk, given each
+// row's sum (a S)^T k of this token in `sk`: S = a S + k u^T read from `from`
+// (the source or the carry buffer) into the carry buffer, o = scale S^T q,
+// and, where `next` is given, the next token's sums from the values just
+// stored (read back as stored: rounded to the pool's dtype) in the same pass.
+// That is the sum a separate pass would form, in the same order, so each
+// token is bit for bit a single step (StepRowsVK) with one pass over the rows
+// instead of two. `stream_to`: the destination rows, written in the same
+// pass with streaming stores (aligned rows, no scalar tail), or null.
+template <DType kT, int R>
+HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, int64_t t, int64_t j0, const PoolElem<kT>* from,
+                                  PoolElem<kT>* stream_to, float* HWY_RESTRICT sk, bool next) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d)), Dk = h.Dk, full = Dk - Dk % L;
+  const float* HWY_RESTRICT q = h.q + t * h.row;
+  const float* HWY_RESTRICT k = h.k + t * h.row;
+  const float* HWY_RESTRICT k1 = next ? k + h.row : k;
+  const float a = h.decay[t], a1 = next ? h.decay[t + 1] : 0.0f;
+  const auto va = hn::Set(d, a), va1 = hn::Set(d, a1);
+  auto* carry = static_cast<PoolElem<kT>*>(h.carry);
+  float u[R];
+  hn::Vec<decltype(d)> vu[R], oacc[R], nacc[R];
+  for (int r = 0; r < R; ++r) {
+    u[r] = h.beta[t] * (h.v[t * h.row + j0 + r] - sk[r]);
+    vu[r] = hn::Set(d, u[r]);
+    oacc[r] = hn::Zero(d);
+    nacc[r] = hn::Zero(d);
+  }
+  for (int64_t i = 0; i < full; i += L) {
+    const auto vk = hn::Load(d, k + i);
+    const auto vq = hn::Load(d, q + i);
+    const auto vk1 = hn::Load(d, k1 + i);
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = (j0 + r) * Dk;
+      const auto s = hn::MulAdd(vk, vu[r], hn::Mul(va, LoadVectorAs<kT>(d, from + row, i)));
+      StoreVectorAs<kT>(d, s, carry + row, i);
+      if constexpr (kStreamableAs<kT>) {
+        if (stream_to != nullptr) StoreVectorAs<kT, true>(d, s, stream_to + row, i);
+      }
+      oacc[r] = hn::MulAdd(s, vq, oacc[r]);
+      if (next) {
+        const auto stored = kT == DType::kF32 ? s : LoadVectorAs<kT>(d, carry + row, i);
+        nacc[r] = hn::MulAdd(hn::Mul(va1, stored), vk1, nacc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = (j0 + r) * Dk;
+    float oq = hn::GetLane(hn::SumOfLanes(d, oacc[r]));
+    for (int64_t i = full; i < Dk; ++i) {
+      const float s = k[i] * u[r] + a * LoadElementAs<kT>(from + row, i);
+      StoreElementAs<kT>(carry + row, i, s);
+      oq += s * q[i];
+    }
+    h.o[t * h.row + j0 + r] = h.scale * oq;
+    if (!next) continue;
+    sk[r] = hn::GetLane(hn::SumOfLanes(d, nacc[r]));
+    for (int64_t i = full; i < Dk; ++i) sk[r] += (a1 * LoadElementAs<kT>(carry + row, i)) * k1[i];
+  }
+}
+
+// Rows [j0, j0 + R) of a verify item in layout vk through all K tokens: read
+// from the source once, kept in the carry buffer (L1) between tokens, each
+// token's rows written to its destination once. `stream`: every destination
+// row is aligned for whole-vector streaming stores.
+template <DType kT, int R>
+HWY_INLINE void VerifyRowsVK(const HeadTokens& h, int64_t j0, bool stream) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d)), Dk = h.Dk, full = Dk - Dk % L;
+  const auto* src = static_cast<const PoolElem<kT>*>(h.src);
+  auto* carry = static_cast<PoolElem<kT>*>(h.carry);
+  PrefetchAhead(src + j0 * Dk, R * Dk * kDTypeBytes<kT>);
+  // Token 0's sums (a S)^T k from the source, as StepRowsVK forms them.
+  const auto va = hn::Set(d, h.decay[0]);
+  hn::Vec<decltype(d)> acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d);
+  for (int64_t i = 0; i < full; i += L) {
+    const auto vk = hn::Load(d, h.k + i);
+    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::Mul(va, LoadVectorAs<kT>(d, src + (j0 + r) * Dk, i)), vk, acc[r]);
+  }
+  float sk[R];
+  for (int r = 0; r < R; ++r) {
+    sk[r] = hn::GetLane(hn::SumOfLanes(d, acc[r]));
+    for (int64_t i = full; i < Dk; ++i) sk[r] += (h.decay[0] * LoadElementAs<kT>(src + (j0 + r) * Dk, i)) * h.k[i];
+  }
+  for (int64_t t = 0; t < h.K; ++t) {
+    auto* to = static_cast<PoolElem<kT>*>(h.dst[t]);
+    VerifyTokenRowsVK<kT, R>(h, t, j0, t == 0 ? src : carry, stream ? to : nullptr, sk, t + 1 < h.K);
+    if (to != nullptr && !stream) CopyOut(carry + j0 * Dk, to + j0 * Dk, R * Dk * kDTypeBytes<kT>);
+  }
+}
+
+// Whether every destination row of an item (rows of `row` elements) can take
+// whole-vector streaming stores: rows of whole vectors, each destination
+// aligned to a vector.
+template <DType kT>
+HWY_INLINE bool StreamsRows(const HeadTokens& h, int64_t row) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  if (!kStreamableAs<kT> || row % L != 0) return false;
+  const auto vector_bytes = static_cast<uintptr_t>(L * kDTypeBytes<kT>);
+  for (int64_t t = 0; t < h.K; ++t) {
+    if (reinterpret_cast<uintptr_t>(h.dst[t]) % vector_bytes != 0) return false;
+  }
+  return true;
 }
 
 // An item's K tokens in layout vk (HeadTokens). A single step whose
 // destination is its source runs in place; otherwise each block of rows runs
-// all K tokens through the carry buffer (in L1) and is copied out after each.
+// all K tokens (VerifyRowsVK).
 template <DType kT>
 HWY_INLINE void StepTokensVK(const HeadTokens& h) {
-  const auto* src = static_cast<const PoolElem<kT>*>(h.src);
-  const auto token = [&](int64_t t, const PoolElem<kT>* from, PoolElem<kT>* to, int64_t j0, auto rows) {
-    constexpr int R = decltype(rows)::value;
-    StepRowsVK<kT, R>(from, to, j0, h.Dk, h.q + t * h.row, h.k + t * h.row, h.v + t * h.row, h.beta[t], h.decay[t],
-                      h.scale, h.o + t * h.row);
-  };
   if (h.InPlace()) {
     auto* S = static_cast<PoolElem<kT>*>(h.dst[0]);
+    const auto token = [&](int64_t j0, auto rows) {
+      StepRowsVK<kT, decltype(rows)::value>(S, S, j0, h.Dk, h.q, h.k, h.v, h.beta[0], h.decay[0], h.scale, h.o);
+    };
     int64_t j = 0;
-    for (; j + 4 <= h.Dv; j += 4) token(0, S, S, j, std::integral_constant<int, 4>());
-    for (; j < h.Dv; ++j) token(0, S, S, j, std::integral_constant<int, 1>());
+    for (; j + 4 <= h.Dv; j += 4) token(j, std::integral_constant<int, 4>());
+    for (; j < h.Dv; ++j) token(j, std::integral_constant<int, 1>());
     return;
   }
-  auto* carry = static_cast<PoolElem<kT>*>(h.carry);
-  const auto block = [&](int64_t j0, auto rows) {
-    constexpr int64_t R = decltype(rows)::value;
-    for (int64_t t = 0; t < h.K; ++t) {
-      token(t, t == 0 ? src : carry, carry, j0, rows);
-      if (h.dst[t] != nullptr) {
-        CopyOut(carry + j0 * h.Dk, static_cast<PoolElem<kT>*>(h.dst[t]) + j0 * h.Dk, R * h.Dk * kDTypeBytes<kT>);
-      }
-    }
-  };
+  const bool stream = StreamsRows<kT>(h, h.Dk);
   int64_t j = 0;
-  for (; j + 4 <= h.Dv; j += 4) block(j, std::integral_constant<int, 4>());
-  for (; j < h.Dv; ++j) block(j, std::integral_constant<int, 1>());
+  for (; j + 4 <= h.Dv; j += 4) VerifyRowsVK<kT, 4>(h, j, stream);
+  for (; j < h.Dv; ++j) VerifyRowsVK<kT, 1>(h, j, stream);
 }
 
 // An item's K tokens in layout kv: a single step whose destination is its
-// source in place; otherwise the whole head through the carry buffer (in L2).
+// source in place; otherwise the whole head through the carry buffer (in L2),
+// each token's state streamed to its destination in its update pass where
+// the rows take it (StreamsRows), else copied out after it.
 template <DType kT>
 HWY_INLINE void StepTokensKV(const HeadTokens& h) {
   const auto* src = static_cast<const PoolElem<kT>*>(h.src);
-  const auto token = [&](int64_t t, const PoolElem<kT>* from, PoolElem<kT>* to) {
+  const auto token = [&](int64_t t, const PoolElem<kT>* from, PoolElem<kT>* to, PoolElem<kT>* stream_to) {
     StepHeadKVAs<kT>(from, to, h.Dk, h.Dv, h.q + t * h.row, h.k + t * h.row, h.v + t * h.row, h.beta[t], h.decay[t],
-                     h.scale, h.o + t * h.row, h.acc, h.u);
+                     h.scale, h.o + t * h.row, h.acc, h.u, stream_to);
   };
   if (h.InPlace()) {
     auto* S = static_cast<PoolElem<kT>*>(h.dst[0]);
-    token(0, S, S);
+    token(0, S, S, nullptr);
     return;
   }
   auto* carry = static_cast<PoolElem<kT>*>(h.carry);
+  const bool stream = StreamsRows<kT>(h, h.Dv);
   for (int64_t t = 0; t < h.K; ++t) {
-    token(t, t == 0 ? src : carry, carry);
-    if (h.dst[t] != nullptr) CopyOut(carry, h.dst[t], h.Dk * h.Dv * kDTypeBytes<kT>);
+    auto* to = static_cast<PoolElem<kT>*>(h.dst[t]);
+    token(t, t == 0 ? src : carry, carry, stream ? to : nullptr);
+    if (to != nullptr && !stream) CopyOut(carry, to, h.Dk * h.Dv * kDTypeBytes<kT>);
   }
 }
 

@@ -142,11 +142,26 @@ HWY_INLINE void LoadStateTile(const ItemView& iv, const ScratchLayout& L, float*
   }
 }
 
+// A row of a state out to dst as its dtype; `stream`: with streaming stores
+// past the caches where the row is whole lines (a checkpoint is read by a
+// later call, not this one: ordinary stores would read each fresh line for
+// ownership first and evict the call's working set with it).
+HWY_INLINE void StoreStateRow(const float* HWY_RESTRICT src, int64_t n, DType t, void* dst, bool stream) {
+  ForDType(t, [&](auto tag) {
+    constexpr DType kT = decltype(tag)::value;
+    if constexpr (kStreamableAs<kT>) {
+      const bool lines = reinterpret_cast<uintptr_t>(dst) % kLineBytes == 0 && (n * kDTypeBytes<kT>) % kLineBytes == 0;
+      if (stream && lines) return StreamRowAs<kT>(src, n, dst);
+    }
+    StoreRowAs<kT>(src, n, dst);
+  });
+}
+
 // The item's FP32 state tile into a state tensor `dst` at element offset
 // `dst_base` (its (seq, head) state): final_state, rounded to its dtype once,
 // here (seeds 003 s.2), or a checkpoint.
 HWY_INLINE void StoreStateTile(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT S,
-                               const TensorView& dst, int64_t dst_base) {
+                               const TensorView& dst, int64_t dst_base, bool stream = false) {
   const Problem& p = *iv.p;
   const WorkItem& it = *iv.it;
   const Panels sp(L.dk_pad, L);
@@ -154,7 +169,7 @@ HWY_INLINE void StoreStateTile(const ItemView& iv, const ScratchLayout& L, float
     for (int64_t c0 = 0; c0 < it.v_width; c0 = sp.Next(c0)) {
       const int64_t pw = sp.Width(c0), cols = std::min(pw, it.v_width - c0);
       for (int64_t r = 0; r < p.Dk; ++r) {
-        StoreRow(sp.Base(S, c0) + r * pw, cols, dst.dtype, AtMut(dst, dst_base + r * p.Dv + it.v_begin + c0));
+        StoreStateRow(sp.Base(S, c0) + r * pw, cols, dst.dtype, AtMut(dst, dst_base + r * p.Dv + it.v_begin + c0), stream);
       }
     }
     return;
@@ -166,7 +181,7 @@ HWY_INLINE void StoreStateTile(const ItemView& iv, const ScratchLayout& L, float
     const float* panel = sp.Base(S, c0) + (j0 - c0);
     for (int64_t r0 = 0; r0 < L.dk_pad; r0 += N) TransposeTile(panel + r0 * pw, pw, line + r0, L.dk_pad);
     for (int64_t i = 0; i < std::min(N, it.v_width - j0); ++i) {
-      StoreRow(line + i * L.dk_pad, p.Dk, dst.dtype, AtMut(dst, dst_base + (it.v_begin + j0 + i) * p.Dk));
+      StoreStateRow(line + i * L.dk_pad, p.Dk, dst.dtype, AtMut(dst, dst_base + (it.v_begin + j0 + i) * p.Dk), stream);
     }
   }
 }
@@ -383,7 +398,7 @@ HWY_INLINE void StoreCheckpoints(const ItemView* views, int64_t count, const Scr
   const int64_t row = it.checkpoint_begin + done / every - 1;
   for (int64_t g = 0; g < count; ++g) {
     StoreStateTile(views[g], L, base, L.StateTile(base, g), views[g].out->checkpoint_states,
-                   (row * p.Nv + views[g].it->head) * p.Dk * p.Dv);
+                   (row * p.Nv + views[g].it->head) * p.Dk * p.Dv, /*stream=*/true);
   }
 }
 
@@ -436,7 +451,8 @@ void BucketDriver<kDkPad>::RunGroup(const Plan& plan, const Inputs& in, const Ou
   for (int64_t g = 0; g < count; ++g) {
     if (views[g].final_base >= 0) StoreStateTile(views[g], L, base, L.StateTile(base, g), out.final_state, views[g].final_base);
   }
-  if (stream_out) hwy::FlushStream();  // streaming stores ordered before the thread reports the group done
+  // Streaming stores (out's, the checkpoints') ordered before the thread reports the group done.
+  if (stream_out || every > 0) hwy::FlushStream();
 }
 
 }  // namespace HWY_NAMESPACE
