@@ -554,10 +554,13 @@ HWY_INLINE void PackB(float* HWY_RESTRICT src, int64_t ld, int64_t rows, int64_t
   const DBF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const auto vdecay = hn::Set(d, decay);
-  for (int64_t p = 0; p < k_tiles * 16; ++p) {
-    float* r0 = 2 * p < rows ? src + 2 * p * ld : nullptr;
-    float* r1 = 2 * p + 1 < rows ? src + (2 * p + 1) * ld : nullptr;
-    for (int64_t nt = 0; nt < n_tiles; ++nt) {
+  // Column tile by column tile: each tile's words are written in order (by
+  // rows of pairs, the planes' 2 x n_tiles tiles would be written 64 bytes
+  // at a time, 4 KiB apart).
+  for (int64_t nt = 0; nt < n_tiles; ++nt) {
+    for (int64_t p = 0; p < k_tiles * 16; ++p) {
+      float* r0 = 2 * p < rows ? src + 2 * p * ld : nullptr;
+      float* r1 = 2 * p + 1 < rows ? src + (2 * p + 1) * ld : nullptr;
       const int64_t off = (nt * kp_alloc + p) * 16;
       for (int64_t n0 = 0; n0 < 16; n0 += N) {
         const int64_t c = nt * 16 + n0;
