@@ -156,19 +156,23 @@ void KeyHeadOnTiles(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n,
   uint32_t* ka = Words(base, L.amx_ka);
   uint32_t* qa = Words(base, L.amx_qa);
   uint32_t* ktb = Words(base, L.amx_ktb);
-  PackFlags fk, fq, fkt;
+  PackFlags fk, fq;
   PackA<Cvt>(base + L.k, L.dk_pad, n, L.dk_pad, false, nullptr, m_tiles, kd, ka, LoPlane(ka, plane, prec), L.c_pad, fk);
   PackA<Cvt>(base + L.q, L.dk_pad, n, L.dk_pad, false, nullptr, m_tiles, kd, qa, LoPlane(qa, plane, prec), L.c_pad, fq);
-  // K^T in FP32 (zero past the chunk's n rows): by rows, the B operand of
-  // K K^T and Q K^T here, and the A operand of each value head's update.
+  // K^T in FP32 (zero past the chunk's n rows), the A operand of each value
+  // head's update.
   TransposeRows(base + L.k, L.dk_pad, n, L.c_pad, base + L.kt);
-  PackB<Cvt>(base + L.kt, L.c_pad, L.dk_pad, m_tiles, kd, ktb, LoPlane(ktb, plane, prec), L.amx_dk / 2, fkt);
   LoPlanes& lo = Flags(L, base);
   lo.k = fk.AnyLo();
   lo.q = fq.AnyLo();
-  lo.kt_b = fkt.AnyLo();
+  lo.kt_b = lo.k;  // K^T's halves are K's
+  // K^T as the B operand of K K^T and Q K^T: K's tiles transposed (a lo
+  // plane only where one is read).
+  const TileA k_a = OperandA(ka, plane, lo.k, L.c_pad);
   const TileB kt = OperandB(ktb, plane, lo.kt_b, L.amx_dk / 2);
-  TileJob kk = Job(RowMajor(base + L.kkt, L.c_pad), false, OperandA(ka, plane, lo.k, L.c_pad), kt, m_tiles, m_tiles, kd, prec);
+  TransposeAToB(k_a, k_a.hi, m_tiles, kd, kt, ktb);
+  if (lo.kt_b) TransposeAToB(k_a, k_a.lo, m_tiles, kd, kt, ktb + plane);
+  TileJob kk = Job(RowMajor(base + L.kkt, L.c_pad), false, k_a, kt, m_tiles, m_tiles, kd, prec);
   kk.lower_result = true;
   RunTileJob(t, kk);
   TileJob qk = Job(RowMajor(base + L.qkt, L.c_pad), false, OperandA(qa, plane, lo.q, L.c_pad), kt, m_tiles, m_tiles, kd, prec);

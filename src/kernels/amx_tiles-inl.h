@@ -19,6 +19,7 @@
 #include "hwy/highway.h"
 #include "kernels/amx.h"
 #include "kernels/bf16-inl.h"
+#include "kernels/transpose-inl.h"
 #include "plan/scratch_layout.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -553,10 +554,13 @@ HWY_INLINE void PackB(float* HWY_RESTRICT src, int64_t ld, int64_t rows, int64_t
   const DBF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const auto vdecay = hn::Set(d, decay);
-  for (int64_t p = 0; p < k_tiles * 16; ++p) {
-    float* r0 = 2 * p < rows ? src + 2 * p * ld : nullptr;
-    float* r1 = 2 * p + 1 < rows ? src + (2 * p + 1) * ld : nullptr;
-    for (int64_t nt = 0; nt < n_tiles; ++nt) {
+  // Column tile by column tile: each tile's words are written in order (by
+  // rows of pairs, the planes' 2 x n_tiles tiles would be written 64 bytes
+  // at a time, 4 KiB apart).
+  for (int64_t nt = 0; nt < n_tiles; ++nt) {
+    for (int64_t p = 0; p < k_tiles * 16; ++p) {
+      float* r0 = 2 * p < rows ? src + 2 * p * ld : nullptr;
+      float* r1 = 2 * p + 1 < rows ? src + (2 * p + 1) * ld : nullptr;
       const int64_t off = (nt * kp_alloc + p) * 16;
       for (int64_t n0 = 0; n0 < 16; n0 += N) {
         const int64_t c = nt * 16 + n0;
@@ -571,6 +575,25 @@ HWY_INLINE void PackB(float* HWY_RESTRICT src, int64_t ld, int64_t rows, int64_t
           if (r0) hn::StoreU(hn::Mul(vdecay, x0), d, r0 + c);
           if (r1) hn::StoreU(hn::Mul(vdecay, x1), d, r1 + c);
         }
+      }
+    }
+  }
+}
+
+// One plane of B = M^T from the plane of A = M: word (p, n) of B and word
+// (n, p) of A both hold the pair (M[n][2p], M[n][2p + 1]), so B's tile
+// (kt, nt) is A's tile (nt, kt) transposed as 16 x 16 words: the bits PackB
+// makes from M^T in FP32, without a second conversion pass over it.
+HWY_INLINE void TransposeAToB(const TileA& a, const uint32_t* a_plane, int64_t m_tiles, int64_t k_tiles, const TileB& b,
+                              uint32_t* b_plane) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
+  for (int64_t mt = 0; mt < m_tiles; ++mt) {
+    for (int64_t kt = 0; kt < k_tiles; ++kt) {
+      // Words moved through float vectors: shuffles only, every bit kept.
+      const float* src = reinterpret_cast<const float*>(a.Tile(a_plane, mt, kt));
+      float* dst = reinterpret_cast<float*>(b_plane + (b.Tile(b_plane, kt, mt) - b_plane));
+      for (int64_t r0 = 0; r0 < kTileRows; r0 += N) {
+        for (int64_t c0 = 0; c0 < 16; c0 += N) TransposeTile(src + r0 * 16 + c0, 16, dst + c0 * 16 + r0, 16);
       }
     }
   }
