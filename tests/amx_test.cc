@@ -213,12 +213,6 @@ CaseSpec OddSpec(DType dt) {
 // bf16 (operands of 8 significant bits) 1.5e-2.
 double Tolerance(Precision p, double limit) { return p == Precision::kBf16 ? std::max(1.5e-2, 2.0 * limit) : 2.0 * limit; }
 
-std::vector<double> AsDoubles(const TensorView& t) {
-  std::vector<double> v(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = LoadAsF32(t.data, t.dtype, static_cast<int64_t>(i));
-  return v;
-}
-
 void ExpectAccurate(Case& c, Options opt, const std::string& what) {
   const Errors e = RunAndCompare(c, opt);
   EXPECT_LE(e.out, Tolerance(opt.precision, e.out_limit)) << what;
@@ -295,8 +289,8 @@ TEST(HardwareEngine, AccurateAndCloseToTheEmulation) {
       // where one different rounding moves an operand by 2^-9).
       const double tol = p == Precision::kBf16 ? 1e-2 : 1e-5;
       const int64_t nv = hw.spec.Nv;
-      EXPECT_LE(RelativeError(hw.outputs().out, AsDoubles(emu.outputs().out), nv), tol) << what;
-      EXPECT_LE(RelativeError(hw.outputs().final_state, AsDoubles(emu.outputs().final_state), nv), tol) << what;
+      EXPECT_LE(RelativeError(hw.outputs().out, TensorAsDoubles(emu.outputs().out), nv), tol) << what;
+      EXPECT_LE(RelativeError(hw.outputs().final_state, TensorAsDoubles(emu.outputs().final_state), nv), tol) << what;
     }
   }
 }

@@ -23,14 +23,26 @@ inline cgdr_tensor ToC(const TensorView& v) {
   return t;
 }
 
+// The per-token tensors both calls take, and the raw gate both extras take.
+template <class CArgs, class CppInputs>
+void SetTokenTensors(const CppInputs& in, CArgs* a) {
+  a->query = ToC(in.query);
+  a->key = ToC(in.key);
+  a->value = ToC(in.value);
+  a->beta = ToC(in.beta);
+  a->g = ToC(in.g);
+}
+template <class CExtra, class CppInputs>
+void SetRawGate(const CppInputs& in, CExtra* e) {
+  e->a = ToC(in.a);
+  e->A_log = ToC(in.A_log);
+  e->dt_bias = ToC(in.dt_bias);
+}
+
 inline cgdr_prefill_args ToCPrefill(const Inputs& in, const Outputs& out) {
   cgdr_prefill_args a;
   std::memset(&a, 0, sizeof a);
-  a.query = ToC(in.query);
-  a.key = ToC(in.key);
-  a.value = ToC(in.value);
-  a.beta = ToC(in.beta);
-  a.g = ToC(in.g);
+  SetTokenTensors(in, &a);
   a.initial_state = ToC(in.initial_state);
   a.seq_lens = ToC(in.seq_lens);
   a.out = ToC(out.out);
@@ -42,9 +54,7 @@ inline cgdr_prefill_args ToCPrefill(const Inputs& in, const Outputs& out) {
 inline cgdr_prefill_extra ToCPrefillExtra(const Inputs& in, const Outputs& out) {
   cgdr_prefill_extra e;
   std::memset(&e, 0, sizeof e);
-  e.a = ToC(in.a);
-  e.A_log = ToC(in.A_log);
-  e.dt_bias = ToC(in.dt_bias);
+  SetRawGate(in, &e);
   e.state_indices = ToC(in.state_indices);
   e.checkpoint_states = ToC(out.checkpoint_states);
   return e;
@@ -53,11 +63,7 @@ inline cgdr_prefill_extra ToCPrefillExtra(const Inputs& in, const Outputs& out) 
 inline cgdr_decode_args ToCDecode(const DecodeInputs& in, const DecodeOutputs& out) {
   cgdr_decode_args a;
   std::memset(&a, 0, sizeof a);
-  a.query = ToC(in.query);
-  a.key = ToC(in.key);
-  a.value = ToC(in.value);
-  a.beta = ToC(in.beta);
-  a.g = ToC(in.g);
+  SetTokenTensors(in, &a);
   a.state_pool = ToC(in.state_pool);
   a.state_indices = ToC(in.state_indices);
   a.out = ToC(out.out);
@@ -68,9 +74,7 @@ inline cgdr_decode_args ToCDecode(const DecodeInputs& in, const DecodeOutputs& o
 inline cgdr_decode_extra ToCDecodeExtra(const DecodeInputs& in, const DecodeOutputs& out) {
   cgdr_decode_extra e;
   std::memset(&e, 0, sizeof e);
-  e.a = ToC(in.a);
-  e.A_log = ToC(in.A_log);
-  e.dt_bias = ToC(in.dt_bias);
+  SetRawGate(in, &e);
   e.dst_indices = ToC(in.dst_indices);
   e.states = ToC(out.states);
   return e;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "cgdr/cgdr.hpp"
 
@@ -63,6 +64,14 @@ inline float LoadAsF32(const void* base, DType t, int64_t i) {
     case DType::kF32: return static_cast<const float*>(base)[i];
     default: return 0.0f;
   }
+}
+
+// A whole tensor (f16/bf16/f32) widened to double, for comparing it with an
+// FP64 reference.
+inline std::vector<double> TensorAsDoubles(const TensorView& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = LoadAsF32(t.data, t.dtype, static_cast<int64_t>(i));
+  return v;
 }
 
 // Elements [offset, offset + n) of a tensor of dtype t (f16/bf16/f32), widened:

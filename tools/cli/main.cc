@@ -485,13 +485,6 @@ Status RunCaseFile(const RunRequest& req, RunReport* report) {
 
 namespace {
 
-// A tensor of any float dtype as doubles.
-std::vector<double> AsDoubles(const TensorView& t) {
-  std::vector<double> v(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = LoadAsF32(t.data, t.dtype, static_cast<int64_t>(i));
-  return v;
-}
-
 // Copies row `from` of `src` (rows of `row` elements) into row `to` of `dst`.
 void CopyRow(const std::vector<double>& src, int64_t from, std::vector<double>* dst, int64_t to, int64_t row) {
   std::copy_n(src.begin() + from * row, row, dst->begin() + to * row);
@@ -511,7 +504,7 @@ Status ResultCheckpointEvery(const std::string& path, const LoadedResult& r, int
 // A pool case's expected final_state: the case's pool with the slot of each
 // sequence (state_indices[b] >= 0) replaced by its FP64 final state.
 std::vector<double> ExpectedPool(const Inputs& in, const Problem& p, const std::vector<double>& final_states) {
-  std::vector<double> pool = AsDoubles(in.initial_state);
+  std::vector<double> pool = TensorAsDoubles(in.initial_state);
   const int64_t slot = p.Nv * p.Dk * p.Dv;
   for (int64_t b = 0; b < p.B; ++b) {
     if (p.Slot(b) >= 0) CopyRow(final_states, b, &pool, p.Slot(b), slot);
@@ -593,7 +586,7 @@ void DecodeReferenceRun(const DecodeCase& dc, const DecodeProblem& dp, const Opt
   ReferenceRun(in, p, &ref, heads);
   result->out.assign(ref.out.size(), 0.0);
   result->states.assign(ref.checkpoint_states.size(), 0.0);
-  result->pool = AsDoubles(d.state_pool);
+  result->pool = TensorAsDoubles(d.state_pool);
   const auto* src = static_cast<const int32_t*>(d.state_indices.data);
   const auto* dst = static_cast<const int32_t*>(d.dst_indices.data);
   for (int64_t n = 0; n < N; ++n) {
