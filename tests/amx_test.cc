@@ -305,7 +305,7 @@ TEST(AmxEngines, BitwiseAcrossThreadsAndVTiles) {
     for (Precision p : {Precision::kBf16, Precision::kBf16x3}) {
       Bytes out0, state0;
       bool first = true;
-      for (const auto [threads, v_step] : {std::pair{1, 0}, std::pair{2, 16}, std::pair{5, 0}, std::pair{3, 32}, std::pair{1, 0}}) {
+      for (const auto& [threads, v_step] : {std::pair{1, 0}, std::pair{2, 16}, std::pair{5, 0}, std::pair{3, 32}, std::pair{1, 0}}) {
         Case c = MakeCase(spec);
         Options opt = c.options();
         opt.algo = Algo::kChunk64;
@@ -430,7 +430,7 @@ TEST(AmxPlan, HardwareWhereUsableElseTheVectorUnits) {
     // machine, so the test sets them): cheap tiles win, dear ones lose.
     MachineProfile cheap_tiles = DefaultProfile(), dear_tiles = DefaultProfile();
     cheap_tiles.amx_fma_cost[static_cast<int>(Precision::kBf16x3)] = 0.05;
-    cheap_tiles.amx_state_pass_cost = 1.0;
+    cheap_tiles.amx_state_pass_cost[static_cast<int>(Precision::kBf16x3)] = 1.0;
     dear_tiles.amx_fma_cost[static_cast<int>(Precision::kBf16x3)] = 5.0;
     Plan plan = PlanFor(spec, o, cheap_tiles);
     EXPECT_EQ(plan.engine, Engine::kAmx) << PlanToString(plan);

@@ -307,7 +307,8 @@ section_plan() {
 # The planner's profile (`cgdr tune`, $CGDR_PROFILE): the precision modes'
 # cost moves the plan's pick to C = 1 (FP32 products) where the chunked
 # products are slower; a profile saying they cost as much keeps C = 16; a
-# broken one falls back to the built-in defaults; tune writes one plan reads.
+# broken one falls back to the built-in defaults; tune writes one plan reads;
+# the AMX engine's constants steer its chunk per mode.
 # stream_out_bytes (optional) moves the size from which out is streamed.
 section_profile() {
   local flagship="plan --t 8192 --nk 16 --nv 32 --dk 128 --dv 128 --threads 2"
@@ -340,6 +341,22 @@ section_profile() {
   echo "{$costs, \"precision_cost\": [1, -2, 1, 1]}" >"$W/broken.json"
   CGDR_PROFILE="$W/broken.json" expect_ok "plan broken profile" "$CGDR" $flagship --precision bf16x3 --engine vector
   for word in "chunk=1 " "profile: built-in defaults"; do expect_stdout_has "plan broken profile" "$word"; done
+
+  # The AMX engine's per-chunk pass costs are per mode: dear for bf16 only
+  # moves bf16 alone to the longest chunk; one number (older profiles) is
+  # every mode's.
+  local amx='"amx_fma_cost": [0, 1, 1, 1], "amx_state_pass_cost"'
+  echo "{$costs, $amx: [0, 1000, 0, 0]}" >"$W/amx_per_mode.json"
+  echo "{$costs, $amx: 1000}" >"$W/amx_one_pass.json"
+  local mode profile want
+  for profile in amx_per_mode amx_one_pass; do
+    for mode in bf16 bf16x3; do
+      want="chunk=128"
+      [ "$profile.$mode" = amx_per_mode.bf16x3 ] && want="chunk=16"
+      CGDR_PROFILE="$W/$profile.json" expect_ok "plan $profile $mode" "$CGDR" $flagship --engine amx-emu --precision $mode
+      for word in "$want" "profile: $W/$profile.json"; do expect_stdout_has "plan $profile $mode" "$word"; done
+    done
+  done
 
   expect_ok "tune" "$CGDR" tune --quick --out "$W/tuned.json"
   for word in "precision_cost" "wrote $W/tuned.json"; do expect_stdout_has "tune" "$word"; done

@@ -43,18 +43,24 @@ struct MachineProfile {
   // bf16x4 7.5x fp32's time (bf16 inputs, whose q and k are not split: 2.4x,
   // 4.2x, 4.3x), while C = 1 runs at ~1/1.5 of C = 16's fp32 speed.
   double precision_cost[4] = {1.0, 2.6, 6.1, 7.5};
-  // The AMX engine (docs/SPEC.md 6c): cost per multiply-add of its chunked
-  // products, packing included, relative to the vector engine's FP32 FMA
-  // (index: Precision; [0] unused: fp32 never runs on tiles), and per chunk
-  // the vector passes over the state tile (its hi/lo split, the decay) per
-  // element. Measured by `cgdr tune` where the CPU has AMX; these defaults are
-  // its full fit on a 2-vCPU Xeon (Emerald Rapids, model 207), 2 threads
-  // (bf16 0.40, bf16x3 0.71, bf16x4 0.75; state pass 81). There bf16x3 on
-  // tiles runs at 0.8-1.0x the fp32 vector path's speed on the flagship, so
-  // auto keeps f32-accurate calls on the vector engine unless a tune finds
-  // the tiles faster (docs/SPEC.md 6c).
-  double amx_fma_cost[4] = {0.0, 0.40, 0.71, 0.75};
-  double amx_state_pass_cost = 81.0;
+  // The AMX engine (docs/SPEC.md 6c), per precision mode (index: Precision;
+  // [0] unused: fp32 never runs on tiles): cost per multiply-add of its
+  // chunked products, packing included, relative to the vector engine's FP32
+  // FMA, and per chunk and state element the passes that come once per chunk
+  // whatever its length (the state's split and decay, the K side's set-up).
+  // Both per mode: the modes' per-chunk passes differ (one plane or two, lo
+  // terms or none), and one constant fitted on bf16x3 for all had the plan
+  // pick C = 128 for bf16 where C = 64 ran 20% faster. Measured by `cgdr
+  // tune` where the CPU has AMX; these defaults are the medians of three full
+  // fits on a 2-vCPU Xeon (Emerald Rapids, model 207), 2 threads (bf16
+  // 0.82-0.96 and 20-26, bf16x3 1.31-1.65 and 12-20, bf16x4 1.40-1.52 and
+  // 21-49; its tile unit gains little from the second thread, its FMA units
+  // double). There bf16x3 on tiles runs at 0.8-1.0x the fp32 vector path's
+  // speed on the flagship, so auto keeps f32-accurate calls on the vector
+  // engine unless a tune finds the tiles faster (docs/SPEC.md 6c); each mode
+  // runs C = 32 or 64 (C = 128 measured 20-25% slower in every mode).
+  double amx_fma_cost[4] = {0.0, 0.869, 1.393, 1.487};
+  double amx_state_pass_cost[4] = {0.0, 24.5, 16.6, 48.5};
   // Outputs of at least this many bytes are written with streaming stores
   // (Plan::stream_out): an output that large would hardly stay in the caches
   // for its reader anyway, and normal stores first read every line of it
@@ -69,7 +75,7 @@ struct MachineProfile {
 // units. Vector engine: cost = (state * state_fma_cost[i] + inchunk *
 // inchunk_fma_cost[i]) * precision_cost[prec] + fixed, where precision_cost
 // applies to C > 1 only. AMX engine (tiles, C > 1): (state + inchunk) *
-// amx_fma_cost[prec] + fixed + chunks * amx_state_pass_cost * dk * dv.
+// amx_fma_cost[prec] + fixed + chunks * amx_state_pass_cost[prec] * dk * dv.
 // The planner and `cgdr tune` (which fits the constants) share it.
 struct CostTerms {
   double state = 0.0, inchunk = 0.0, fixed = 0.0;

@@ -9,7 +9,9 @@
 //                       vector engine): A, P and K^T diag(e^(G_last - G)).
 //   AmxChunkVSide       (per item): X, Vnew, O and the state update on the
 //                       item's state tile, with V read from and out written
-//                       to the caller's rows (io) between the tile blocks.
+//                       to the caller's rows (io) between the tile blocks,
+//                       and `prefetch`'s lines (may be null) paced over the
+//                       blocks of its three state products.
 // `hw`: the hardware tiles (the calling thread has configured them,
 // ConfigureTilesOnThisThread) or the emulation. Defined once per Highway
 // target in amx_chunk.cc.
@@ -27,6 +29,7 @@
 #include "cgdr/cgdr.hpp"
 #include "hwy/highway.h"
 #include "kernels/chunk-inl.h"
+#include "kernels/prefetch.h"
 #include "plan/scratch_layout.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -36,7 +39,7 @@ namespace HWY_NAMESPACE {
 void AmxPrepareKeyHead(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, Precision prec, bool hw);
 void AmxPrepareValueHead(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, Precision prec);
 void AmxChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT state, int64_t n,
-                   Precision prec, bool hw, const ChunkTensors& io);
+                   Precision prec, bool hw, const ChunkTensors& io, PrefetchQueue* prefetch);
 
 }  // namespace HWY_NAMESPACE
 }  // namespace cgdr

@@ -202,7 +202,7 @@ void ValueHeadOperands(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t
 
 template <class Tiles, class Cvt>
 void VSideOnTiles(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT state, int64_t n,
-                  Precision prec, const ChunkTensors& io) {
+                  Precision prec, const ChunkTensors& io, PrefetchQueue* prefetch) {
   Tiles t;
   const LoPlanes& lo = Flags(L, base);
   const ChunkVectors cv(base + L.vec, L.c_pad);
@@ -228,7 +228,9 @@ void VSideOnTiles(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_R
   // T = K S (X's product) while Vb = diag(beta) V comes in, row by row.
   auto load_v = [&](int64_t i) { LoadValueTile(L, base, io, i, i + 1, [&](int64_t r) { return cv.beta[r]; }); };
   SideTask load_v_task(n, load_v);
-  RunTileJob(t, Job(RowMajor(x, ld), false, k_a, s_b, m_tiles, n_tiles, kd, prec), &load_v_task);
+  TileJob xj = Job(RowMajor(x, ld), false, k_a, s_b, m_tiles, n_tiles, kd, prec);
+  xj.prefetch = prefetch;  // the next chunk's lines, paced over the three state products (PrefetchQueue::Pace)
+  RunTileJob(t, xj, &load_v_task);
 
   // Q S (O's first product) while X = Vb - diag(beta e^G) T is finished and
   // packed, a pair of rows at a time.
@@ -238,7 +240,9 @@ void VSideOnTiles(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_R
     FinishAndPackXPair<Cvt>(L, base, n, n_tiles, p, xb, LoPlane(xb, L.amx_cw_plane, prec), fx);
   };
   SideTask finish_x_task(kc * 16, finish_x);
-  RunTileJob(t, Job(RowMajor(o, ld), false, q_a, s_b, m_tiles, n_tiles, kd, prec), &finish_x_task);
+  TileJob qj = Job(RowMajor(o, ld), false, q_a, s_b, m_tiles, n_tiles, kd, prec);
+  qj.prefetch = prefetch;
+  RunTileJob(t, qj, &finish_x_task);
 
   // Vnew = A X (A = (I + L)^-1, unit lower triangular) while Q S is scaled
   // by scale e^G row by row.
@@ -271,7 +275,9 @@ void VSideOnTiles(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_R
   // the caller's rows in its dtype.
   auto store_out = [&](int64_t i) { StoreOutputRows(L, o, io, i, i + 1); };
   SideTask store_out_task(n, store_out);
-  RunTileJob(t, Job(RowMajor(state, ld), true, kt_a, vnew_b, dk_tiles, n_tiles, kc, prec), &store_out_task);
+  TileJob sj = Job(RowMajor(state, ld), true, kt_a, vnew_b, dk_tiles, n_tiles, kc, prec);
+  sj.prefetch = prefetch;
+  RunTileJob(t, sj, &store_out_task);
 }
 
 }  // namespace
@@ -291,13 +297,13 @@ void AmxPrepareValueHead(const ScratchLayout& L, float* HWY_RESTRICT base, int64
 }
 
 void AmxChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT state, int64_t n,
-                   Precision prec, bool hw, const ChunkTensors& io) {
+                   Precision prec, bool hw, const ChunkTensors& io, PrefetchQueue* prefetch) {
   WithConverter([&](auto cvt) {
     using Cvt = decltype(cvt);
 #if HWY_ARCH_X86_64
-    if (hw) return VSideOnTiles<AmxHwTiles, Cvt>(L, base, state, n, prec, io);
+    if (hw) return VSideOnTiles<AmxHwTiles, Cvt>(L, base, state, n, prec, io, prefetch);
 #endif
-    VSideOnTiles<AmxEmuTiles, Cvt>(L, base, state, n, prec, io);
+    VSideOnTiles<AmxEmuTiles, Cvt>(L, base, state, n, prec, io, prefetch);
   });
 }
 

@@ -19,6 +19,7 @@
 #include "hwy/highway.h"
 #include "kernels/amx.h"
 #include "kernels/bf16-inl.h"
+#include "kernels/prefetch.h"
 #include "kernels/transpose-inl.h"
 #include "plan/scratch_layout.h"
 
@@ -76,6 +77,10 @@ struct TileJob {
   // Only tiles on or below the diagonal (nt <= mt) are wanted.
   bool lower_result = false;
   bool lolo = false;  // bf16x4: the lo * lo term too
+  // Lines to issue between the blocks (may be null), credited with each
+  // block's multiply-adds (one term's: PrefetchQueue::Pace counts the
+  // chunk's state products in multiply-adds of FP32).
+  PrefetchQueue* prefetch = nullptr;
 };
 
 // ---------------------------------------------------------------------------
@@ -376,6 +381,7 @@ HWY_INLINE void RunTileJob(Tiles& t, const TileJob& job, SideTask* side = nullpt
       TileBlock<Tiles, 1, 1>(t, job, terms, term_count, b.mt, b.nt, b.k_tiles);
     }
     if (side) side->RunTo(++done, blocks);
+    if (job.prefetch) job.prefetch->Credit(b.mr * b.nr * b.k_tiles * kTileRows * kAmxN * kTileK);
   });
   if (side) side->Finish();
 }

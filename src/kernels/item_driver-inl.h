@@ -337,9 +337,11 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
 
 // C = 16 .. 128 on the AMX engine (amx_chunk-inl.h): the stages of
 // ChunkStep with the products on tiles. The decay masks and the FP32 blocked
-// inverse (PrepareValueHead) are the vector engine's.
+// inverse (PrepareValueHead) are the vector engine's. `prefetch`: the next
+// chunk's lines, issued between the state products' tile blocks.
 HWY_INLINE void ChunkStepOnTiles(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base,
-                                 float* HWY_RESTRICT S, float scale, int64_t t, int64_t n, SharedKSide shared) {
+                                 float* HWY_RESTRICT S, float scale, int64_t t, int64_t n, SharedKSide shared,
+                                 PrefetchQueue* prefetch) {
   const Precision prec = iv.plan_precision;
   const bool hw = iv.engine == Engine::kAmx;
   if (!shared.key_head) {
@@ -353,7 +355,7 @@ HWY_INLINE void ChunkStepOnTiles(const ItemView& iv, const ScratchLayout& L, flo
   }
   ChunkTensors io = ItemTensors(iv, t);
   io.direct = false;
-  AmxChunkVSide(L, base, S, n, prec, hw, io);  // V in through vb, out from o, between its tile blocks
+  AmxChunkVSide(L, base, S, n, prec, hw, io, prefetch);  // V in through vb, out from o, between its tile blocks
 }
 
 // C = 16 .. 128: one chunk [t, t + n) of one item, SPEC 4.
@@ -428,8 +430,8 @@ void BucketDriver<kDkPad>::RunGroup(const Plan& plan, const Inputs& in, const Ou
     n = StepRows(first, step, every, t);
     PrefetchQueue next_chunk;
     QueueGroupChunk(views, count, t + n, t + n < t_end ? StepRows(first, step, every, t + n) : 0, &next_chunk);
-    if (plan.chunk == 1 || tiles) {
-      next_chunk.Drain();  // no register tiles to spread the lines over
+    if (plan.chunk == 1) {
+      next_chunk.Drain();  // no products to spread the lines over
     } else {  // paced over the chunk's state products (3 dk x width multiply-adds per row and item)
       int64_t state_fmas = 0;
       for (int64_t g = 0; g < count; ++g) state_fmas += 3 * n * L.dk_pad * views[g].it->v_width;
@@ -440,7 +442,7 @@ void BucketDriver<kDkPad>::RunGroup(const Plan& plan, const Inputs& in, const Ou
       if (plan.chunk == 1) {
         RecurrentSpan<kDkPad>(views[g], L, base, L.StateTile(base, g), scale, t, n);
       } else if (tiles) {
-        ChunkStepOnTiles(views[g], L, base, L.StateTile(base, g), scale, t, n, shared);
+        ChunkStepOnTiles(views[g], L, base, L.StateTile(base, g), scale, t, n, shared, &next_chunk);
       } else {
         ChunkStep<kDkPad>(views[g], L, base, L.StateTile(base, g), scale, t, n, shared, &next_chunk);
       }

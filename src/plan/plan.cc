@@ -60,14 +60,18 @@ CostTerms ModelTerms(const MachineProfile& prof, int chunk, int64_t len, int64_t
   t.inchunk = n * 0.5 * chunk * (3.0 * dk + 2.0 * v);
   const double chunks = std::ceil(n / chunk);
   t.fixed = chunks * (prof.chunk_fixed_cost + static_cast<double>(chunk) * chunk * chunk / 6.0);
-  if (tiles) t.fixed += chunks * prof.amx_state_pass_cost * dk * v;
   return t;
 }
 
 double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv, Precision prec,
                  bool tiles) {
   const CostTerms t = ModelTerms(prof, chunk, len, dk_pad, dv, tiles && chunk > 1);
-  if (tiles && chunk > 1) return (t.state + t.inchunk) * prof.amx_fma_cost[static_cast<int>(prec)] + t.fixed;
+  if (tiles && chunk > 1) {
+    const int m = static_cast<int>(prec);
+    const double chunks = std::ceil(static_cast<double>(len) / chunk);
+    return (t.state + t.inchunk) * prof.amx_fma_cost[m] + t.fixed +
+           chunks * prof.amx_state_pass_cost[m] * static_cast<double>(dk_pad) * static_cast<double>(dv);
+  }
   const int i = ProfileIndex(chunk);
   const double products = chunk == 1 ? 1.0 : prof.precision_cost[static_cast<int>(prec)];
   return (t.state * prof.state_fma_cost[i] + t.inchunk * prof.inchunk_fma_cost[i]) * products + t.fixed;

@@ -55,8 +55,15 @@ MachineProfile LoadProfile() {
         read.amx_fma_cost[i] = ac.at(i).get<double>();
         if (!(read.amx_fma_cost[i] > 0.0) || !std::isfinite(read.amx_fma_cost[i])) return prof;
       }
-      read.amx_state_pass_cost = j.value("amx_state_pass_cost", prof.amx_state_pass_cost);
-      if (!(read.amx_state_pass_cost >= 0.0) || !std::isfinite(read.amx_state_pass_cost)) return prof;
+      // Per mode since the constants were fitted mode by mode; one number
+      // (profiles written before) stands for every mode.
+      if (j.contains("amx_state_pass_cost")) {
+        const auto& sp = j.at("amx_state_pass_cost");
+        for (int i = 1; i < 4; ++i) {
+          read.amx_state_pass_cost[i] = sp.is_array() ? sp.at(i).get<double>() : sp.get<double>();
+          if (!(read.amx_state_pass_cost[i] >= 0.0) || !std::isfinite(read.amx_state_pass_cost[i])) return prof;
+        }
+      }
     }
     if (read.cache_budget_bytes < (64 << 10)) return prof;
     read.source = path;

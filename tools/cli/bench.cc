@@ -1118,12 +1118,14 @@ Status MeasurePrecisionCost(int threads, int64_t T, double min_s, double (&cost)
 // each bf16 mode at C = 32, 64 and 128 on the flagship's head shape, in FMA
 // units at the measured FP32 peak per token and value head, fitted by least
 // squares to units = a * (state + inchunk) / n + (fixed + p * chunks * dk dv) / n
-// (cgdr::ModelTerms with tiles). The state-pass constant p is the compensated
-// mode's (the one precision auto picks).
+// (cgdr::ModelCost with tiles), a and p per mode.
 Status MeasureAmxCost(int threads, int64_t T, double min_s, double fma_per_s, double (&fma_cost)[4],
-                      double* state_pass) {
+                      double (&state_pass)[4]) {
   CaseSpec s;
-  s.Nk = s.Nv = 2 * threads;
+  // Two value heads per key head, as the flagship (Qwen3-Next): the K side,
+  // a larger share of the work on tiles than on the vector units, serves both.
+  s.Nk = 2 * threads;
+  s.Nv = 2 * s.Nk;
   s.Dk = s.Dv = 128;
   s.lens = {static_cast<int32_t>(T)};
   s.dtype = kBenchDType;
@@ -1150,7 +1152,7 @@ Status MeasureAmxCost(int threads, int64_t T, double min_s, double fma_per_s, do
     // Normal equations of y = a x + p z, y = units - fixed / n.
     double sxx = 0, sxz = 0, szz = 0, sxy = 0, szy = 0;
     for (int k = 0; k < 3; ++k) {
-      const CostTerms terms = ModelTerms(DefaultProfile(), kChunks[k], T, s.Dk, s.Dv, /*tiles=*/false);
+      const CostTerms terms = ModelTerms(DefaultProfile(), kChunks[k], T, s.Dk, s.Dv, /*tiles=*/true);
       const double x = (terms.state + terms.inchunk) / n, z = std::ceil(n / kChunks[k]) * s.Dk * s.Dv / n;
       const double y = t[m * 3 + k].median_s * fma_per_s * per_token - terms.fixed / n;
       std::printf("%-7s chunk%-3d %10.3f ms %10.0f units\n", PrecisionName(modes[m]), kChunks[k], t[m * 3 + k].median_s * 1e3,
@@ -1165,7 +1167,7 @@ Status MeasureAmxCost(int threads, int64_t T, double min_s, double fma_per_s, do
       a = sxy / sxx;
     }
     fma_cost[static_cast<int>(modes[m])] = std::max(a, 1e-3);
-    if (modes[m] == Precision::kBf16x3) *state_pass = p;
+    state_pass[static_cast<int>(modes[m])] = p;
   }
   return Status::Ok();
 }
@@ -1292,14 +1294,16 @@ int TuneMain(int argc, char** argv) {
               precision_cost[1], precision_cost[2], precision_cost[3]);
   const MachineProfile defaults;
   double amx_cost[4] = {0, defaults.amx_fma_cost[1], defaults.amx_fma_cost[2], defaults.amx_fma_cost[3]};
-  double amx_state_pass = defaults.amx_state_pass_cost;
+  double amx_state_pass[4] = {0, defaults.amx_state_pass_cost[1], defaults.amx_state_pass_cost[2],
+                              defaults.amx_state_pass_cost[3]};
   if (AmxHardwareEnabled()) {
     std::printf("\nthe AMX engine (Dk=Dv=128):\n");
-    if (s = MeasureAmxCost(threads, T, quick ? 0.05 : 0.25, fma_per_s, amx_cost, &amx_state_pass); !s.ok()) {
+    if (s = MeasureAmxCost(threads, T, quick ? 0.05 : 0.25, fma_per_s, amx_cost, amx_state_pass); !s.ok()) {
       return cli::ReportError(Status(s.code(), "tune AMX engine: " + s.message()));
     }
-    std::printf("AMX fit: amx_fma_cost bf16 %.3f, bf16x3 %.3f, bf16x4 %.3f; amx_state_pass_cost %.3f\n", amx_cost[1],
-                amx_cost[2], amx_cost[3], amx_state_pass);
+    std::printf("AMX fit: amx_fma_cost bf16 %.3f, bf16x3 %.3f, bf16x4 %.3f; amx_state_pass_cost bf16 %.1f, bf16x3 %.1f, "
+                "bf16x4 %.1f\n",
+                amx_cost[1], amx_cost[2], amx_cost[3], amx_state_pass[1], amx_state_pass[2], amx_state_pass[3]);
   } else {
     std::printf("\nAMX: %s (amx_fma_cost left at the built-in defaults)\n", AmxHardware().why.c_str());
   }
@@ -1309,7 +1313,7 @@ int TuneMain(int argc, char** argv) {
                         {"inchunk_fma_cost", {inchunk_cost[0], inchunk_cost[1], inchunk_cost[2], inchunk_cost[3]}},
                         {"precision_cost", {1.0, precision_cost[1], precision_cost[2], precision_cost[3]}},
                         {"amx_fma_cost", {0.0, amx_cost[1], amx_cost[2], amx_cost[3]}},
-                        {"amx_state_pass_cost", amx_state_pass},
+                        {"amx_state_pass_cost", {0.0, amx_state_pass[1], amx_state_pass[2], amx_state_pass[3]}},
                         {"amx_measured", AmxHardwareEnabled()},
                         {"created_by", "cgdr tune"},
                         {"target", ActiveTarget()},
