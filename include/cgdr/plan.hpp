@@ -75,10 +75,11 @@ struct MachineProfile {
 // units. Vector engine: cost = (state * state_fma_cost[i] + inchunk *
 // inchunk_fma_cost[i]) * precision_cost[prec] + fixed, where precision_cost
 // applies to C > 1 only. AMX engine (tiles, C > 1): (state + inchunk) *
-// amx_fma_cost[prec] + fixed + chunks * amx_state_pass_cost[prec] * dk * dv.
+// amx_fma_cost[prec] + fixed + chunk_passes * amx_state_pass_cost[prec].
 // The planner and `cgdr tune` (which fits the constants) share it.
 struct CostTerms {
   double state = 0.0, inchunk = 0.0, fixed = 0.0;
+  double chunk_passes = 0.0;  // state elements passed over once per chunk: chunks * dk * dv (C > 1)
 };
 CGDR_EXPORT CostTerms ModelTerms(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv, bool tiles = false);
 CGDR_EXPORT double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_pad, int64_t dv,

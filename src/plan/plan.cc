@@ -60,6 +60,7 @@ CostTerms ModelTerms(const MachineProfile& prof, int chunk, int64_t len, int64_t
   t.inchunk = n * 0.5 * chunk * (3.0 * dk + 2.0 * v);
   const double chunks = std::ceil(n / chunk);
   t.fixed = chunks * (prof.chunk_fixed_cost + static_cast<double>(chunk) * chunk * chunk / 6.0);
+  t.chunk_passes = chunks * dk * v;
   return t;
 }
 
@@ -68,9 +69,7 @@ double ModelCost(const MachineProfile& prof, int chunk, int64_t len, int64_t dk_
   const CostTerms t = ModelTerms(prof, chunk, len, dk_pad, dv, tiles && chunk > 1);
   if (tiles && chunk > 1) {
     const int m = static_cast<int>(prec);
-    const double chunks = std::ceil(static_cast<double>(len) / chunk);
-    return (t.state + t.inchunk) * prof.amx_fma_cost[m] + t.fixed +
-           chunks * prof.amx_state_pass_cost[m] * static_cast<double>(dk_pad) * static_cast<double>(dv);
+    return (t.state + t.inchunk) * prof.amx_fma_cost[m] + t.fixed + t.chunk_passes * prof.amx_state_pass_cost[m];
   }
   const int i = ProfileIndex(chunk);
   const double products = chunk == 1 ? 1.0 : prof.precision_cost[static_cast<int>(prec)];

@@ -1117,7 +1117,7 @@ Status MeasurePrecisionCost(int threads, int64_t T, double min_s, double (&cost)
 // The AMX engine's constants (MachineProfile::amx_fma_cost, amx_state_pass_cost):
 // each bf16 mode at C = 32, 64 and 128 on the flagship's head shape, in FMA
 // units at the measured FP32 peak per token and value head, fitted by least
-// squares to units = a * (state + inchunk) / n + (fixed + p * chunks * dk dv) / n
+// squares to units = a * (state + inchunk) / n + (fixed + p * chunk_passes) / n
 // (cgdr::ModelCost with tiles), a and p per mode.
 Status MeasureAmxCost(int threads, int64_t T, double min_s, double fma_per_s, double (&fma_cost)[4],
                       double (&state_pass)[4]) {
@@ -1153,7 +1153,7 @@ Status MeasureAmxCost(int threads, int64_t T, double min_s, double fma_per_s, do
     double sxx = 0, sxz = 0, szz = 0, sxy = 0, szy = 0;
     for (int k = 0; k < 3; ++k) {
       const CostTerms terms = ModelTerms(DefaultProfile(), kChunks[k], T, s.Dk, s.Dv, /*tiles=*/true);
-      const double x = (terms.state + terms.inchunk) / n, z = std::ceil(n / kChunks[k]) * s.Dk * s.Dv / n;
+      const double x = (terms.state + terms.inchunk) / n, z = terms.chunk_passes / n;
       const double y = t[m * 3 + k].median_s * fma_per_s * per_token - terms.fixed / n;
       std::printf("%-7s chunk%-3d %10.3f ms %10.0f units\n", PrecisionName(modes[m]), kChunks[k], t[m * 3 + k].median_s * 1e3,
                   t[m * 3 + k].median_s * fma_per_s * per_token);
