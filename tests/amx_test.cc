@@ -8,7 +8,8 @@
 //    (Dk = 37, Dv = 71, 1-token tails, an empty sequence, grouped heads, no g,
 //    no initial state), every bf16 mode and chunk size, against FP64;
 //  - the hardware engine where present, against FP64 and the emulation;
-//  - results bitwise identical across thread counts, V tiles and runs;
+//  - results bitwise identical across thread counts, V tiles and runs, and
+//    between one call and two that carry the state;
 //  - causality: a NaN in one token's v leaves every earlier output finite;
 //  - the plan's engine and precision: auto, forced, and the fallbacks.
 #include <gtest/gtest.h>
@@ -485,6 +486,59 @@ TEST(AmxPlan, BadEngineValueIsRejected) {
   const Status s = cgdr::Run(c.inputs(), c.outputs(), opt);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("options.engine"), std::string::npos) << s.message();
+}
+
+// The tokens [t0, t0 + n) of a one-sequence case, as a case of their own
+// (token-major buffers: each token's bytes are buffer size / T).
+Case TokenSlice(const Case& whole, int64_t t0, int64_t n) {
+  CaseSpec spec = whole.spec;
+  spec.lens = {static_cast<int32_t>(n)};
+  Case part = MakeCase(spec);
+  const auto copy = [&](const Bytes& from, Bytes& to) {
+    const size_t row = from.size() / static_cast<size_t>(whole.T);
+    std::memcpy(to.data(), from.data() + t0 * row, n * row);
+  };
+  copy(whole.query, part.query);
+  copy(whole.key, part.key);
+  copy(whole.value, part.value);
+  copy(whole.beta, part.beta);
+  copy(whole.g, part.g);
+  return part;
+}
+
+// A sequence run in one call, or in two with the FP32 final state of the
+// first as the initial state of the second (cut on a chunk boundary), gives
+// the same bits (SPEC 5): the state between chunks is exactly the FP32
+// state a call returns and loads, for every item of a group, whatever the
+// engine keeps beside it (a split of S made ahead must be the split of
+// that state).
+TEST(AmxEngines, StateCarriedBetweenCallsGivesTheSameBits) {
+  CaseSpec spec = OddSpec(DType::kBF16);
+  spec.lens = {200};
+  for (Engine engine : {Engine::kAmx, Engine::kAmxEmulated}) {
+    if (engine == Engine::kAmx && !AmxHardwareEnabled()) continue;
+    for (Precision p : kTileModes) {
+      for (Algo a : {Algo::kChunk32, Algo::kChunk64}) {
+        const std::string what = std::string(EngineName(engine)) + " " + PrecisionName(p) + " " + AlgoName(a);
+        Options opt = MakeCase(spec).options();
+        opt.engine = engine;
+        opt.precision = p;
+        opt.algo = a;
+        Case whole = MakeCase(spec);
+        ASSERT_TRUE(cgdr::Run(whole.inputs(), whole.outputs(), opt).ok()) << what;
+        const int64_t cut = 128;
+        Case first = TokenSlice(whole, 0, cut), second = TokenSlice(whole, cut, whole.T - cut);
+        std::memcpy(first.initial_state.data(), whole.initial_state.data(), whole.initial_state.size());
+        ASSERT_TRUE(cgdr::Run(first.inputs(), first.outputs(), opt).ok()) << what;
+        std::memcpy(second.initial_state.data(), first.final_state.data(), first.final_state.size());
+        ASSERT_TRUE(cgdr::Run(second.inputs(), second.outputs(), opt).ok()) << what;
+        Bytes out = first.out;
+        out.insert(out.end(), second.out.begin(), second.out.end());
+        EXPECT_EQ(out, whole.out) << what;
+        EXPECT_EQ(second.final_state, whole.final_state) << what;
+      }
+    }
+  }
 }
 
 // Tile state belongs to each thread and is released after every call: AMX
