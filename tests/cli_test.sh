@@ -302,6 +302,15 @@ section_plan() {
   for key in '"pct_peak"' '"peak_gflops_after"' '"pct_peak_conservative"' '"pct_peak_best_conservative"'; do
     grep -qF -- "$key" "$W/bench.json" || fail "bench json: no $key in $W/bench.json"
   done
+  # The AMX peak measured again where a tile row ran; nothing of it elsewhere.
+  if "$CGDR" plan --t 64 --nk 1 --nv 1 --dk 64 --dv 64 --algo chunk32 --precision bf16x3 | grep -q "engine=amx "; then
+    expect_ok "bench amx json" "$CGDR" bench --shape npu-B1-H8-T64-D64x64 --reps 3 --algo chunk32 --precision bf16x3 \
+      --engine amx --json "$W/bench-amx.json"
+    expect_stdout_has "bench amx json" "AMX bf16 peak measured again after the rows"
+    grep -qF '"amx_peak_gflops_after"' "$W/bench-amx.json" || fail "bench amx json: no amx_peak_gflops_after"
+  else
+    if grep -qF '"amx_peak_gflops_after"' "$W/bench.json"; then fail "bench json: amx_peak_gflops_after without AMX"; fi
+  fi
 }
 
 # The planner's profile (`cgdr tune`, $CGDR_PROFILE): the precision modes'
