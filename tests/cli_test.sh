@@ -536,6 +536,19 @@ section_serving() {
   run_and_check verify_inplace --decode --tokens 4 --slots 1,0 --beta-sigmoid
   run_and_check verify_states --decode --tokens 2 --slots 3,-1,0 --output-states --layout kv
   expect_stdout_has "check verify_states" "states"
+  # A 16-bit pool is rounded after every token: check judges each token from the
+  # state written for the one before (16 tokens, no decay: one FP64 run of the 16
+  # tokens put a correct result at 1.4x the bf16 limit and 100x f32's for out).
+  run_and_check verify_bf16_states --decode --tokens 16 --slots 0,-1,2 --state-dtype bf16 --no-g --output-states
+  run_and_check verify_f16_dst --decode --tokens 16 --slots 0,1 --pool 40 --state-dtype f16 --no-g \
+    --dst "$(seq -s, 2 33)"
+  run_and_check verify_bf16_inplace --decode --tokens 16 --slots 1,0 --dtype bf16 --state-dtype bf16 --no-g
+  expect_ok "make-case other verify_bf16" "$CGDR" make-case --out "$W/verify_bf16_other.case" --decode --tokens 16 \
+    --slots 0,-1,2 --state-dtype bf16 --no-g --output-states --seed 9
+  local rc16=0
+  "$CGDR" check --input "$W/verify_bf16_other.case" --result "$W/verify_bf16_states.result" >"$W/stdout" 2>"$W/stderr" ||
+    rc16=$?
+  [ "$rc16" -eq 1 ] || fail "check of a wrong bf16-pool verify result: exit $rc16, expected 1"
   expect_ok "decode summary" "$CGDR" run --input "$W/verify.case" --output "$W/verify.again" --print-plan
   for word in "decode of 3 sequences x 3 tokens" "P=12" "no plan" "run: "; do expect_stdout_has "decode summary" "$word"; done
   cmp -s "$W/verify.result" "$W/verify.again" || fail "two decode runs of one case differ"
