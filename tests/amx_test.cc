@@ -520,11 +520,11 @@ TEST(AmxEngines, StateCarriedBetweenCallsGivesTheSameBits) {
     for (Precision p : kTileModes) {
       for (Algo a : {Algo::kChunk32, Algo::kChunk64}) {
         const std::string what = std::string(EngineName(engine)) + " " + PrecisionName(p) + " " + AlgoName(a);
-        Options opt = MakeCase(spec).options();
+        Case whole = MakeCase(spec);
+        Options opt = whole.options();
         opt.engine = engine;
         opt.precision = p;
         opt.algo = a;
-        Case whole = MakeCase(spec);
         ASSERT_TRUE(cgdr::Run(whole.inputs(), whole.outputs(), opt).ok()) << what;
         const int64_t cut = 128;
         Case first = TokenSlice(whole, 0, cut), second = TokenSlice(whole, cut, whole.T - cut);

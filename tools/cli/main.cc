@@ -585,10 +585,10 @@ TensorView TokenOf(const TensorView& t, int64_t K, int64_t j, std::vector<uint8_
 }
 
 // The states a result wrote after each token (for the reference of a 16-bit
-// pool): its `states` rows [N * K, slot], and its pool (the slots
-// dst_indices name); either may be empty.
+// pool): its `states` rows [N * K, slot] (may be absent), and its pool (the
+// slots dst_indices name).
 struct WrittenStates {
-  std::vector<double> rows, pool;
+  TensorView rows, pool;
 };
 
 // The reference of K > 1 tokens on a 16-bit pool: K FP64 steps, each from
@@ -607,6 +607,8 @@ void DecodeReferenceRoundedRun(const DecodeCase& dc, const DecodeProblem& dp, co
   const std::vector<double> pool = TensorAsDoubles(d.state_pool);
   const auto* src = static_cast<const int32_t*>(d.state_indices.data);
   const auto* dst = static_cast<const int32_t*>(d.dst_indices.data);
+  const std::vector<double> written_rows = written.rows.present() ? TensorAsDoubles(written.rows) : std::vector<double>{};
+  const std::vector<double> written_pool = dst != nullptr ? TensorAsDoubles(written.pool) : std::vector<double>{};
   // The sequences' states, dense [N, Nv, ...] (zeros for skipped ones); 16-bit
   // values, exact in f32.
   std::vector<float> state(static_cast<size_t>(N * slot), 0.0f);
@@ -639,10 +641,10 @@ void DecodeReferenceRoundedRun(const DecodeCase& dc, const DecodeProblem& dp, co
     }
     for (int64_t n = 0; n < N; ++n) {
       const double* next = nullptr;  // the state the result wrote after this token
-      if (!written.rows.empty()) {
-        next = written.rows.data() + (n * K + j) * slot;
+      if (!written_rows.empty()) {
+        next = written_rows.data() + (n * K + j) * slot;
       } else if (dst != nullptr && dst[n * K + j] >= 0) {
-        next = written.pool.data() + dst[n * K + j] * slot;
+        next = written_pool.data() + dst[n * K + j] * slot;
       }
       for (int64_t i = n * slot; i < (n + 1) * slot; ++i) {
         state[i] = static_cast<float>(next ? next[i - n * slot] : RoundTrip(ref.final_state[i], dp.state_dtype));
@@ -704,10 +706,7 @@ Status CheckDecodeResult(const std::string& case_path, const std::string& result
   if (!s.ok()) return Status::Invalid(case_path + " + " + result_path + ": " + s.message());
   CGDR_CLI_TRY(CheckHeads(heads, dp.Nv));
   DecodeReference ref;
-  WrittenStates written;
-  if (r.states.present()) written.rows = TensorAsDoubles(r.states);
-  written.pool = TensorAsDoubles(after);
-  DecodeReferenceRun(c.decode, dp, c.options, heads, written, &ref);
+  DecodeReferenceRun(c.decode, dp, c.options, heads, WrittenStates{r.states, after}, &ref);
   report->tensors = {Accuracy("out", r.outputs.out, ref.out, dp.Nv, heads, cap),
                      Accuracy("final_state", after, ref.pool, dp.Nv, heads, cap)};
   if (r.states.present()) report->tensors.push_back(Accuracy("states", r.states, ref.states, dp.Nv, heads, cap));
