@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "core/phase_timers.h"
 #include "hwy/highway.h"
 #include "kernels/amx.h"
 #include "kernels/amx_chunk-inl.h"
@@ -221,8 +222,11 @@ void VSideOnTiles(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_R
   // pass scaled by e^(G_last) in place, where the update's tiles accumulate.
   uint32_t* sb = Words(base, L.amx_s);
   PackFlags fs;
-  PackB<Cvt, true, false>(state, ld, L.dk_pad, n_tiles, kd, sb, LoPlane(sb, L.amx_s_plane, prec), L.amx_dk / 2, fs,
-                          cv.eG[n - 1]);
+  {
+    CGDR_PHASE(kAmxStateSplit);
+    PackB<Cvt, true, false>(state, ld, L.dk_pad, n_tiles, kd, sb, LoPlane(sb, L.amx_s_plane, prec), L.amx_dk / 2, fs,
+                            cv.eG[n - 1]);
+  }
   const TileB s_b = OperandB(sb, L.amx_s_plane, fs.AnyLo(), L.amx_dk / 2);
 
   // T = K S (X's product) while Vb = diag(beta) V comes in, row by row.
@@ -230,7 +234,10 @@ void VSideOnTiles(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_R
   SideTask load_v_task(n, load_v);
   TileJob xj = Job(RowMajor(x, ld), false, k_a, s_b, m_tiles, n_tiles, kd, prec);
   xj.prefetch = prefetch;  // the next chunk's lines, paced over the three state products (PrefetchQueue::Pace)
-  RunTileJob(t, xj, &load_v_task);
+  {
+    CGDR_PHASE(kAmxX);
+    RunTileJob(t, xj, &load_v_task);
+  }
 
   // Q S (O's first product) while X = Vb - diag(beta e^G) T is finished and
   // packed, a pair of rows at a time.
@@ -242,33 +249,45 @@ void VSideOnTiles(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_R
   SideTask finish_x_task(kc * 16, finish_x);
   TileJob qj = Job(RowMajor(o, ld), false, q_a, s_b, m_tiles, n_tiles, kd, prec);
   qj.prefetch = prefetch;
-  RunTileJob(t, qj, &finish_x_task);
+  {
+    CGDR_PHASE(kAmxQS);
+    RunTileJob(t, qj, &finish_x_task);
+  }
 
   // Vnew = A X (A = (I + L)^-1, unit lower triangular) while Q S is scaled
   // by scale e^G row by row.
   auto scale_o = [&](int64_t i) { ScaleRowsBy(o + i * ld, ld, 1, cv.qg + i); };
   SideTask scale_o_task(m_tiles * kTileRows, scale_o);
-  if (!fx.AnyNonFinite()) {
-    TileJob vj = Job(RowMajor(vnew, ld), false, attn_a, OperandB(xb, L.amx_cw_plane, fx.AnyLo(), L.amx_ck / 2),
-                     m_tiles, n_tiles, kc, prec);
-    vj.lower_a = true;
-    RunTileJob(t, vj, &scale_o_task);
-  } else {
-    CausalProductOnVectors(base + L.attn, L.c_pad, x, vnew, false, n, ld);
-    scale_o_task.Finish();
+  {
+    CGDR_PHASE(kAmxVnew);
+    if (!fx.AnyNonFinite()) {
+      TileJob vj = Job(RowMajor(vnew, ld), false, attn_a, OperandB(xb, L.amx_cw_plane, fx.AnyLo(), L.amx_ck / 2),
+                       m_tiles, n_tiles, kc, prec);
+      vj.lower_a = true;
+      RunTileJob(t, vj, &scale_o_task);
+    } else {
+      CausalProductOnVectors(base + L.attn, L.c_pad, x, vnew, false, n, ld);
+      scale_o_task.Finish();
+    }
   }
   uint32_t* vw = Words(base, L.amx_v);
   PackFlags fv;
-  PackB<Cvt>(vnew, ld, n, n_tiles, kc, vw, LoPlane(vw, L.amx_cw_plane, prec), L.amx_ck / 2, fv);
+  {
+    CGDR_PHASE(kAmxVnewPack);
+    PackB<Cvt>(vnew, ld, n, n_tiles, kc, vw, LoPlane(vw, L.amx_cw_plane, prec), L.amx_ck / 2, fv);
+  }
   const TileB vnew_b = OperandB(vw, L.amx_cw_plane, fv.AnyLo(), L.amx_ck / 2);
 
   // O = diag(scale e^G) Q S + P Vnew.
-  if (!fv.AnyNonFinite()) {
-    TileJob oj = Job(RowMajor(o, ld), true, p_a, vnew_b, m_tiles, n_tiles, kc, prec);
-    oj.lower_a = true;
-    RunTileJob(t, oj);
-  } else {
-    CausalProductOnVectors(base + L.qk, L.c_pad, vnew, o, true, n, ld);
+  {
+    CGDR_PHASE(kAmxPV);
+    if (!fv.AnyNonFinite()) {
+      TileJob oj = Job(RowMajor(o, ld), true, p_a, vnew_b, m_tiles, n_tiles, kc, prec);
+      oj.lower_a = true;
+      RunTileJob(t, oj);
+    } else {
+      CausalProductOnVectors(base + L.qk, L.c_pad, vnew, o, true, n, ld);
+    }
   }
 
   // S = e^(G_last) S + K^T diag(e^(G_last - G)) Vnew, while O goes out to
@@ -277,6 +296,7 @@ void VSideOnTiles(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_R
   SideTask store_out_task(n, store_out);
   TileJob sj = Job(RowMajor(state, ld), true, kt_a, vnew_b, dk_tiles, n_tiles, kc, prec);
   sj.prefetch = prefetch;
+  CGDR_PHASE(kAmxStateUpdate);
   RunTileJob(t, sj, &store_out_task);
 }
 

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/phase_timers.h"
 #include "hwy/highway.h"
 #include "kernels/gemm-inl.h"
 #include "kernels/gemm_bf16-inl.h"
@@ -190,14 +191,20 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, flo
     } else {
       xj.seg[0].then = RowEpilogue{cv.beG, rp.Base(base + L.vb, c0), pw};
     }
-    GemmBlockedK(xj, 0, kb, prec, L, base);
+    {
+      CGDR_PHASE(kXProduct);
+      GemmBlockedK(xj, 0, kb, prec, L, base);
+    }
 
     // Vnew = A X, and its copy with row i times e^(G_last - G_i) for the update.
     vj.rows = n; vj.cols = pw; vj.c = vnew; vj.ldc = pw;
     vj.prefetch = prefetch;
     vj.seg[0] = Segment{base + L.attn, cp, x, pw, n, true, false};
     vj.also = ScaledCopy{vdec, pw, cv.eGl};
-    GemmPrec(vj, prec, L, base);
+    {
+      CGDR_PHASE(kVnewProduct);
+      GemmPrec(vj, prec, L, base);
+    }
 
     // O = diag(scale e^G) Q S + P Vnew   (scale and e^G also folded into P).
     oj.rows = n; oj.cols = pw; oj.c = rp.Base(base + L.o, c0); oj.ldc = pw; oj.segments = 2;
@@ -206,7 +213,10 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, flo
     oj.seg[0].then = RowEpilogue{cv.qg};
     oj.seg[1] = Segment{base + L.qk, cp, vnew, pw, n, true, false};
     oj.out_rows = direct ? ChunkTensors::Columns(io.out, c0) : TensorRows{};
-    GemmBlockedK(oj, 0, kb, prec, L, base);
+    {
+      CGDR_PHASE(kOProduct);
+      GemmBlockedK(oj, 0, kb, prec, L, base);
+    }
 
     // S = e^(G_last) S + K^T diag(e^(G_last - G)) Vnew, with the transposed
     // operand read in place: A[r][i] = k[i][r].
@@ -214,6 +224,7 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, flo
     sj.c_init = s; sj.ld_init = pw; sj.alpha = decay_last;
     sj.prefetch = prefetch;
     sj.seg[0] = Segment{k, 1, vdec, pw, n, false, false, dk};
+    CGDR_PHASE(kStateUpdate);
     GemmPrec(sj, prec, L, base);
   }
 }

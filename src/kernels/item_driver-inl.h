@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cgdr/plan.hpp"
+#include "core/phase_timers.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/amx_chunk-inl.h"
@@ -335,6 +336,23 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
   StoreOutputRows(L, base + L.o, io, 0, n);
 }
 
+// The K-side stages both engines share, each timed as its phase
+// (core/phase_timers.h; nothing is timed in the default build).
+HWY_INLINE void LoadKeyRowsTimed(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t,
+                                 int64_t n) {
+  CGDR_PHASE(kLoadKeyRows);
+  LoadKeyRows(iv, L, base, t, n);
+}
+HWY_INLINE void PrepareValueHeadTimed(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t,
+                                      int64_t n, float scale) {
+  {
+    CGDR_PHASE(kHeadVectors);
+    LoadHeadVectors(iv, L, base, t, n);
+  }
+  CGDR_PHASE(kValueHeadPrep);
+  PrepareValueHead(L, base, n, scale);
+}
+
 // C = 16 .. 128 on the AMX engine (amx_chunk-inl.h): the stages of
 // ChunkStep with the products on tiles. The decay masks and the FP32 blocked
 // inverse (PrepareValueHead) are the vector engine's. `prefetch`: the next
@@ -345,12 +363,13 @@ HWY_INLINE void ChunkStepOnTiles(const ItemView& iv, const ScratchLayout& L, flo
   const Precision prec = iv.plan_precision;
   const bool hw = iv.engine == Engine::kAmx;
   if (!shared.key_head) {
-    LoadKeyRows(iv, L, base, t, n);
+    LoadKeyRowsTimed(iv, L, base, t, n);
+    CGDR_PHASE(kAmxKeyHead);
     AmxPrepareKeyHead(L, base, n, prec, hw);
   }
   if (!shared.value_head) {
-    LoadHeadVectors(iv, L, base, t, n);
-    PrepareValueHead(L, base, n, scale);
+    PrepareValueHeadTimed(iv, L, base, t, n, scale);
+    CGDR_PHASE(kAmxValueHeadPack);
     AmxPrepareValueHead(L, base, n, prec);
   }
   ChunkTensors io = ItemTensors(iv, t);
@@ -368,16 +387,18 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
   ChunkVectors cv(base + L.vec, L.c_pad);
   const Precision prec = iv.plan_precision;
   if (!shared.key_head) {
-    LoadKeyRows(iv, L, base, t, n);
+    LoadKeyRowsTimed(iv, L, base, t, n);
+    CGDR_PHASE(kKeyHeadPrep);
     PrepareKeyHead<kDkPad>(L, base, n, prec);
   }
-  if (!shared.value_head) {
-    LoadHeadVectors(iv, L, base, t, n);
-    PrepareValueHead(L, base, n, scale);
-  }
+  if (!shared.value_head) PrepareValueHeadTimed(iv, L, base, t, n, scale);
   const ChunkTensors io = ItemTensors(iv, t);
-  LoadValueTile(L, base, io, 0, n, [&](int64_t i) { return cv.beta[i]; });  // Vb = diag(beta) V
+  {
+    CGDR_PHASE(kValueTileIn);
+    LoadValueTile(L, base, io, 0, n, [&](int64_t i) { return cv.beta[i]; });  // Vb = diag(beta) V
+  }
   ChunkVSide(L, base, S, n, prec, prefetch, io);
+  CGDR_PHASE(kOutRowsOut);
   StoreOutputRows(L, base + L.o, io, 0, n);
 }
 

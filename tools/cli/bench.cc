@@ -21,6 +21,7 @@
 #include "bench/peak.h"
 #include "cgdr/cgdr.hpp"
 #include "cgdr/plan.hpp"
+#include "core/phase_timers.h"
 #include "core/threads.h"
 #include "args.h"
 #include "commands.h"
@@ -438,6 +439,7 @@ struct RowResult {
   double rel_err_state = 0, rounding_err_state = 0;  // final_state of the sampled head
   double seconds_best = 0, pct_peak_best = 0;  // fastest rep, against the same best-of-trials peak
   Json extra = Json::object();  // speedup, comparison and scaling fields
+  std::vector<PhaseTotal> phases;  // a timing build's (CGDR_PHASE_TIMERS) ticks per stage over the row's reps
 };
 
 Json ToJson(const RowResult& r, const std::string& target, double copy_gbps) {
@@ -480,6 +482,12 @@ Json ToJson(const RowResult& r, const std::string& target, double copy_gbps) {
     j["speedup"] = s.baseline_ms / (r.seconds * 1e3);
   }
   if (s.group == "varlen") j["seq_lens"] = s.lens;
+  if (!r.phases.empty()) {
+    Json phases = Json::array();
+    for (const PhaseTotal& t : r.phases) phases.push_back({{"phase", PhaseName(t.phase)}, {"calls", t.calls}, {"ticks", t.ticks}});
+    j["phases"] = phases;
+    j["phase_tick_unit"] = PhaseTickUnit();
+  }
   j.update(r.extra);
   return j;
 }
@@ -500,6 +508,20 @@ void PrintRow(const RowResult& r) {
   if (r.spec.baseline_ms > 0) std::printf(" %8.3f %6.2fx", r.spec.baseline_ms, r.spec.baseline_ms / (r.seconds * 1e3));
   std::printf("\n");
   std::fflush(stdout);
+}
+
+// A timing build's ticks per stage (core/phase_timers.h), summed over the
+// row's reps and threads: per call, and as a share of all the stages timed.
+void PrintPhases(const RowResult& r) {
+  if (r.phases.empty()) return;
+  uint64_t all = 0;
+  for (const PhaseTotal& t : r.phases) all += t.ticks;
+  std::printf("  -> phases (%s, every rep and thread; a call is one chunk of one item or head):\n", PhaseTickUnit());
+  for (const PhaseTotal& t : r.phases) {
+    std::printf("     %-32s %10llu calls %10.0f per call %5.1f%%\n", PhaseName(t.phase),
+                static_cast<unsigned long long>(t.calls), static_cast<double>(t.ticks) / static_cast<double>(t.calls),
+                100.0 * static_cast<double>(t.ticks) / static_cast<double>(all));
+  }
 }
 
 // A row's timing fields from its reps: the median (SPEC 8's `seconds`) and
@@ -543,7 +565,10 @@ Status BenchRow(const RowSpec& spec, Case& data, const std::vector<Variant>& var
     opts.push_back(opt);
   }
   std::vector<Timing> timings;
+  ResetPhaseTimers();
   if (Status s = TimeRunsInTurn(in, out, opts, cfg.reps, cfg.quick ? 0.15 : 0.5, &timings); !s.ok()) return s;
+  // Stages are told apart per row only where one variant ran.
+  const std::vector<PhaseTotal> phases = variants.size() == 1 ? PhaseTotals() : std::vector<PhaseTotal>{};
   const int64_t T = TotalTokens(spec.lens);
   for (size_t k = 0; k < variants.size(); ++k) {
     RowResult r;
@@ -554,6 +579,7 @@ Status BenchRow(const RowSpec& spec, Case& data, const std::vector<Variant>& var
     r.threads = opts[k].threads;
     r.chunk = plans[k].chunk;
     r.v_step = plans[k].v_step;
+    r.phases = phases;
     FillTiming(timings[k], T, AlgoFlops(T, spec.Nv, spec.Dk, spec.Dv), peaks.Get(opts[k].threads).gflops,
                peaks.Amx(opts[k].threads), &r);
     // `out` holds the last option's result, and outputs do not depend on the
@@ -943,6 +969,10 @@ int BenchMain(int argc, char** argv) {
   } else {
     std::printf("AMX: %s\n", AmxHardware().why.c_str());
   }
+  if (EmulatedProductsSkipped()) {
+    std::printf("TIMING BUILD (CGDR_SKIP_EMULATED_PRODUCTS): the AMX emulation's tile products are skipped; results "
+                "and errors are wrong, times of amx-emu rows are the passes around the products\n");
+  }
   std::printf("gflops = 6*Dk*Dv*tokens*Nv / s (algorithmic, SPEC 8), median of the reps; best%% = the fastest rep's "
               "%%peak (the peak is the best of its trials too); rel_err vs FP64 on value head Nv/2; algo with ! = forced\n\n");
   if (cfg.all_precisions) {
@@ -990,7 +1020,10 @@ int BenchMain(int argc, char** argv) {
       variants.pop_back();
     }
     if (s.ok()) {
-      for (const RowResult& r : variants) PrintRow(r);
+      for (const RowResult& r : variants) {
+        PrintRow(r);
+        PrintPhases(r);
+      }
     }
     if (s.ok() && spec.group == "flagship") s = CheckValuesOverhead(data, spec, cfg, &variants[0]);
     if (s.ok() && spec.group == "flagship") s = ServingOverhead(data, spec, cfg, &variants[0]);
