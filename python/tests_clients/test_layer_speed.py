@@ -3,7 +3,7 @@
 rule and with cgdr (bench/compare_layer.py): the outputs agree, and the
 speed ratio is recorded among the figures printed at the end, not asserted
 (no timing assertions in tests: a floor of 1.5x failed CI at 1.49x on a busy
-host). Measured it was 1.5x-7.4x depending on the load (the projections are
+host). Measured it was 1.49x-7.4x depending on the load (the projections are
 the same torch code in both runs, and cgdr's chunked kernel slows down ~5x on
 the subnormal decays that Qwen3-Next's gates produce)."""
 import json

@@ -4,10 +4,11 @@
 // measured (docs/design-notes.md, "Phase timers").
 //
 // Compiled in only when CMake's CGDR_PHASE_TIMERS is ON: the default build
-// has no counters, CGDR_PHASE expands to nothing and PhaseTimersCompiled()
-// is false. With CGDR_SKIP_EMULATED_PRODUCTS also ON, the AMX emulation's
-// tile products are skipped (results wrong, tests not built): `cgdr bench
-// --engine amx-emu` then times the AMX engine's passes alone, on any CPU.
+// has no counters, CGDR_PHASE compiles to no code (a static_assert that
+// checks the phase's name) and PhaseTimersCompiled() is false. With
+// CGDR_SKIP_EMULATED_PRODUCTS also ON, the AMX emulation's tile products are
+// skipped (results wrong, tests not built): `cgdr bench --engine amx-emu`
+// then times the AMX engine's passes alone, on any CPU.
 #pragma once
 
 #include <cstdint>
