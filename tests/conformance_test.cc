@@ -68,12 +68,13 @@ std::string EnumText(E e) { return std::to_string(static_cast<int>(e)); }
 // this binding stops compiling: name the new field here, then give it a row.
 std::vector<std::pair<std::string, std::string>> OptionFields(const Options& o) {
   const auto& [scale, use_qk_l2norm, state_layout, algo, threads, check_values, v_step, dk_bucket, precision, engine,
-                checkpoint_every, state_slot_stride, use_beta_sigmoid] = o;
+                checkpoint_every, state_slot_stride, use_beta_sigmoid, qk_l2norm_eps] = o;
   return {{"scale", Text(scale)},         {"use_qk_l2norm", Text(use_qk_l2norm)}, {"state_layout", EnumText(state_layout)},
           {"algo", EnumText(algo)},       {"threads", Text(threads)},             {"check_values", Text(check_values)},
           {"v_step", Text(v_step)},       {"dk_bucket", Text(dk_bucket)},         {"precision", EnumText(precision)},
           {"engine", EnumText(engine)},   {"checkpoint_every", Text(checkpoint_every)},
-          {"state_slot_stride", Text(state_slot_stride)}, {"use_beta_sigmoid", Text(use_beta_sigmoid)}};
+          {"state_slot_stride", Text(state_slot_stride)}, {"use_beta_sigmoid", Text(use_beta_sigmoid)},
+          {"qk_l2norm_eps", Text(qk_l2norm_eps)}};
 }
 
 // The option setters of the C API, as include/cgdr/cgdr.h declares them.
@@ -147,6 +148,10 @@ Setter BetaSigmoid() {
   return {"beta_sigmoid", [](Options* o) { o->use_beta_sigmoid = true; },
           [](cgdr_options* h) { return cgdr_options_set_beta_sigmoid(h, 1); }};
 }
+Setter L2normEps(double eps) {
+  return {"qk_l2norm_eps", [eps](Options* o) { o->qk_l2norm_eps = eps; },
+          [eps](cgdr_options* h) { return cgdr_options_set_qk_l2norm_eps(h, eps); }};
+}
 Setter NoOption() {  // tensor rows: the inputs change, not the options
   return {"", [](Options*) {}, [](cgdr_options*) { return CGDR_OK; }};
 }
@@ -216,6 +221,13 @@ std::vector<Row> Rows() {
        "options.scale: expected a finite number"},
       {"use_qk_l2norm", {}, L2norm(), Shows::kOutcome, Shows::kOutcome, "", "", false, false,
        [](CaseSpec* s) { s->use_qk_l2norm = true; }},  // raw q, k rows: the norm matters
+      // The eps of the norm: read only with use_qk_l2norm; 0 would make a zero row 0/0.
+      {"qk_l2norm_eps=1e-2 with use_qk_l2norm", {L2norm()}, L2normEps(1e-2), Shows::kOutcome, Shows::kOutcome, "", "",
+       false, false, [](CaseSpec* s) { s->use_qk_l2norm = true; }},
+      {"qk_l2norm_eps=1e-2 without use_qk_l2norm", {}, L2normEps(1e-2), Shows::kSame, Shows::kSame},
+      {"qk_l2norm_eps=0", {}, L2normEps(0.0), Shows::kOutcome, Shows::kOutcome,
+       "options.qk_l2norm_eps: expected a finite number > 0, got 0",
+       "options.qk_l2norm_eps: expected a finite number > 0, got 0"},
       {"state_layout=kv", {}, Layout(StateLayout::kKV), Shows::kOutcome, Shows::kOutcome, "", "", false, false,
        [](CaseSpec* s) { s->layout = StateLayout::kKV; }},
       {"threads=other", {}, Threads(OtherThreadCount()), Shows::kWorkers},
@@ -467,13 +479,14 @@ void ExpectPrefillMatchesReference(Case& c, const Options& opt) {
 // A decode step against the FP64 reference of its 1-token sequences: live
 // rows' out and pool states, skipped rows' out zero, other pool rows as they were.
 void ExpectDecodeMatchesReference(DecodeCase& d, const Options& opt, const Bytes& pool_before) {
-  // Decode reads scale, l2norm, layout, threads and check_values (SPEC 6b)
+  // Decode reads scale, l2norm (and its eps), layout, threads and check_values (SPEC 6b)
   // and use_beta_sigmoid (SPEC 6d); the plan's options, which it ignores,
   // must not fail the reference's Validate.
   Options decode_opt;
   decode_opt.use_beta_sigmoid = opt.use_beta_sigmoid;
   decode_opt.scale = opt.scale;
   decode_opt.use_qk_l2norm = opt.use_qk_l2norm;
+  decode_opt.qk_l2norm_eps = opt.qk_l2norm_eps;
   decode_opt.state_layout = opt.state_layout;
   decode_opt.threads = opt.threads;
   Problem p;

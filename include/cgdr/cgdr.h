@@ -31,7 +31,9 @@
  *              cgdr_prefill_extra (the gate in the kernel, state pools,
  *              checkpoints), cgdr_decode_ex with cgdr_decode_extra (the gate,
  *              a token axis with per-token states), and the options
- *              checkpoint_every, state_slot_stride, beta_sigmoid. */
+ *              checkpoint_every, state_slot_stride, beta_sigmoid.
+ *   5 (0.1.0): cgdr_options_set_qk_l2norm_eps (vLLM-CPU's ops normalise
+ *              q and k with eps 1e-5, fla and transformers with 1e-6). */
 #ifndef CGDR_CGDR_H_
 #define CGDR_CGDR_H_
 
@@ -44,7 +46,7 @@
 extern "C" {
 #endif
 
-#define CGDR_API_VERSION 4
+#define CGDR_API_VERSION 5
 
 typedef enum cgdr_status {
   CGDR_OK = 0,
@@ -175,6 +177,9 @@ CGDR_EXPORT cgdr_status cgdr_options_set_checkpoint_every(cgdr_options* opt, int
 CGDR_EXPORT cgdr_status cgdr_options_set_state_slot_stride(cgdr_options* opt, int64_t stride);
 /* enable != 0: beta = sigmoid(the beta tensor), which holds the raw b. */
 CGDR_EXPORT cgdr_status cgdr_options_set_beta_sigmoid(cgdr_options* opt, int enable);
+/* The eps of qk_l2norm: rows are divided by sqrt(sum x^2 + eps); 1e-6
+ * (default) or any finite eps > 0 (checked by the call). */
+CGDR_EXPORT cgdr_status cgdr_options_set_qk_l2norm_eps(cgdr_options* opt, double eps);
 
 /* Runs the prefill operator over the packed sequences of `args`. */
 CGDR_EXPORT cgdr_status cgdr_prefill(const cgdr_prefill_args* args, const cgdr_options* opt);

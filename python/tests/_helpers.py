@@ -69,7 +69,7 @@ def packed_inputs(rng, T, Nk, Nv, Dk, Dv, B, raw_qk=False):
                 state=rng.uniform(-0.5, 0.5, (B, Nv, Dk, Dv)))
 
 
-def gdr_fp64(q, k, v, beta, g, initial_state, seq_lens, scale=None, l2norm=False, layout="vk"):
+def gdr_fp64(q, k, v, beta, g, initial_state, seq_lens, scale=None, l2norm=False, layout="vk", eps=1e-6):
     """SPEC 1 in FP64. q, k [T, Nk, Dk]; v [T, Nv, Dv]; beta, g [T, Nv] (g may
     be None); initial_state [B, Nv, ...] in `layout` or None. Returns
     (out [T, Nv, Dv], final_state [B, Nv, ...] in `layout`)."""
@@ -78,8 +78,8 @@ def gdr_fp64(q, k, v, beta, g, initial_state, seq_lens, scale=None, l2norm=False
     T, Nk, Dk = q.shape
     Nv, Dv = v.shape[1:]
     if l2norm:
-        q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6)
-        k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+        q = q / np.sqrt((q * q).sum(-1, keepdims=True) + eps)
+        k = k / np.sqrt((k * k).sum(-1, keepdims=True) + eps)
     q, k = np.repeat(q, Nv // Nk, axis=1), np.repeat(k, Nv // Nk, axis=1)  # head h reads q/k head h // group
     scale = 1.0 / np.sqrt(Dk) if scale is None else scale
     out = np.zeros((T, Nv, Dv))

@@ -23,7 +23,7 @@ namespace {
 // in tests/c_api_parity_test.cc, and its name here.
 [[maybe_unused]] void EveryOptionHasACSetter(const cgdr::Options& o) {
   [[maybe_unused]] const auto& [scale, use_qk_l2norm, state_layout, algo, threads, check_values, v_step, dk_bucket,
-                                precision, engine, checkpoint_every, state_slot_stride, use_beta_sigmoid] = o;
+                                precision, engine, checkpoint_every, state_slot_stride, use_beta_sigmoid, qk_l2norm_eps] = o;
 }
 
 thread_local std::string g_last_error;
@@ -246,6 +246,12 @@ cgdr_status cgdr_options_set_state_slot_stride(cgdr_options* opt, int64_t stride
 cgdr_status cgdr_options_set_beta_sigmoid(cgdr_options* opt, int enable) {
   if (!opt) return NullHandle("cgdr_options_set_beta_sigmoid");
   opt->options.use_beta_sigmoid = enable != 0;
+  return CGDR_OK;
+}
+
+cgdr_status cgdr_options_set_qk_l2norm_eps(cgdr_options* opt, double eps) {
+  if (!opt) return NullHandle("cgdr_options_set_qk_l2norm_eps");
+  opt->options.qk_l2norm_eps = eps;  // > 0 and finite: checked by the call, as the C++ API checks it
   return CGDR_OK;
 }
 

@@ -577,8 +577,8 @@ void RunItem(const DecodeProblem& p, const DecodeInputs& in, const DecodeOutputs
     LoadRow(in.key.data, p.dtype, (token * p.Nk + hk) * Dk, Dk, sc.k[j]);
     LoadRow(in.value.data, p.dtype, (token * Nv + h) * Dv, Dv, sc.v[j]);
     if (p.options.use_qk_l2norm) {
-      L2NormalizeRow(sc.q[j], Dk);
-      L2NormalizeRow(sc.k[j], Dk);
+      L2NormalizeRow(sc.q[j], Dk, p.options.qk_l2norm_eps);
+      L2NormalizeRow(sc.k[j], Dk, p.options.qk_l2norm_eps);
     }
   }
   LoadTokenScalars(p, in, n, h, sc);

@@ -100,8 +100,8 @@ void LoadChunk(const ItemRef& it, int64_t c0, int64_t n, Work* w) {
     LoadRowAsF32(it.in->key.data, p.dtype, (t * p.Nk + hk) * p.Dk, p.Dk, w->K.row(i));
     LoadRowAsF32(it.in->query.data, p.dtype, (t * p.Nk + hk) * p.Dk, p.Dk, w->Q.row(i));
     if (p.options.use_qk_l2norm) {
-      L2NormalizeRow(w->K.row(i), p.Dk);
-      L2NormalizeRow(w->Q.row(i), p.Dk);
+      L2NormalizeRow(w->K.row(i), p.Dk, p.options.qk_l2norm_eps);
+      L2NormalizeRow(w->Q.row(i), p.Dk, p.options.qk_l2norm_eps);
     }
     LoadRowAsF32(it.in->value.data, p.dtype, (t * p.Nv + it.h) * p.Dv, p.Dv, w->V.row(i));
     w->beta[i] = LoadAsF32(it.in->beta.data, p.dtype, t * p.Nv + it.h);

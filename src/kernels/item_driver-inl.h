@@ -202,8 +202,8 @@ HWY_INLINE void LoadKeyRows(const ItemView& iv, const ScratchLayout& L, float* H
       LoadRowAs<kT>(qrow, p.Dk, q, L.dk_pad);
       LoadRowAs<kT>(krow, p.Dk, k, L.dk_pad);
       if (p.options.use_qk_l2norm) {
-        L2NormalizeRow(q, p.Dk);
-        L2NormalizeRow(k, p.Dk);
+        L2NormalizeRow(q, p.Dk, p.options.qk_l2norm_eps);
+        L2NormalizeRow(k, p.Dk, p.options.qk_l2norm_eps);
       }
     }
   });

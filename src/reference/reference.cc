@@ -7,8 +7,8 @@
 namespace cgdr {
 namespace {
 
-// Row `row` of a [rows, n] float tensor in FP64, optionally l2-normalised (SPEC 1).
-std::vector<double> Row(const TensorView& t, int64_t row, int64_t n, bool l2norm) {
+// Row `row` of a [rows, n] float tensor in FP64, optionally l2-normalised with eps (SPEC 1).
+std::vector<double> Row(const TensorView& t, int64_t row, int64_t n, bool l2norm, double eps = 0.0) {
   std::vector<double> r(static_cast<size_t>(n));
   double ss = 0.0;
   for (int64_t i = 0; i < n; ++i) {
@@ -16,7 +16,7 @@ std::vector<double> Row(const TensorView& t, int64_t row, int64_t n, bool l2norm
     ss += r[i] * r[i];
   }
   if (l2norm) {
-    const double inv = 1.0 / std::sqrt(ss + 1e-6);
+    const double inv = 1.0 / std::sqrt(ss + eps);
     for (double& x : r) x *= inv;
   }
   return r;
@@ -73,8 +73,8 @@ void ReferenceRun(const Inputs& in, const Problem& p, ReferenceResult* res, cons
                                                  ibase + (kv ? k * Dv + v : v * Dk + k))
                                      : 0.0;
       for (int64_t t = t0; t < t0 + len; ++t) {
-        const auto q = Row(in.query, t * p.Nk + hk, Dk, p.options.use_qk_l2norm);
-        const auto kk = Row(in.key, t * p.Nk + hk, Dk, p.options.use_qk_l2norm);
+        const auto q = Row(in.query, t * p.Nk + hk, Dk, p.options.use_qk_l2norm, p.options.qk_l2norm_eps);
+        const auto kk = Row(in.key, t * p.Nk + hk, Dk, p.options.use_qk_l2norm, p.options.qk_l2norm_eps);
         const auto v = Row(in.value, t * p.Nv + h, Dv, false);
         const double b_in = LoadAsF32(in.beta.data, in.beta.dtype, t * p.Nv + h);
         const double beta = p.options.use_beta_sigmoid ? ReferenceSigmoid(b_in) : b_in;

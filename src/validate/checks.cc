@@ -258,6 +258,10 @@ Status CheckCommonOptions(const Options& opt) {
   if (!(std::isfinite(opt.scale) || std::isnan(opt.scale))) {
     return Status::Invalid(Cat("options.scale: expected a finite number (0 = 1/sqrt(Dk)), got ", opt.scale));
   }
+  // > 0: a zero row must normalise to zeros, not 0/0 (SPEC 1).
+  if (!(opt.qk_l2norm_eps > 0.0 && std::isfinite(opt.qk_l2norm_eps))) {
+    return Status::Invalid(Cat("options.qk_l2norm_eps: expected a finite number > 0, got ", opt.qk_l2norm_eps));
+  }
   return Status::Ok();
 }
 

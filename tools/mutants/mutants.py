@@ -117,7 +117,7 @@ MUTANTS = [
            CONF + "|SizeLimits"),
     # ---- src/reference: the judge
     Mutant("reference-l2norm-eps", "src/reference/reference.cc",
-           "const double inv = 1.0 / std::sqrt(ss + 1e-6);", "const double inv = 1.0 / std::sqrt(ss + 1e-3);", CONF),
+           "const double inv = 1.0 / std::sqrt(ss + eps);", "const double inv = 1.0 / std::sqrt(ss + 1e-3);", CONF),
     # ---- src/golden
     Mutant("golden-nonfinite-not-failed", "src/golden/compare.cc",
            "if (a.nonfinite > b.nonfinite) fails.push_back", "if (false) fails.push_back", "golden"),  # golden.*, cli_golden*
