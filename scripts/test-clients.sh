@@ -11,48 +11,25 @@
 # CGDR_TORCH         torch's requirement (default torch==2.15.0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/venv-lib.sh
 VENV=${CGDR_CLIENTS_VENV:-$HOME/.cache/cgdr/venv-clients}
 TORCH=${CGDR_TORCH:-torch==2.15.0}
-CPU_INDEX=https://download.pytorch.org/whl/cpu
 OUT=build-clients
 mkdir -p "$OUT"
 export CGDR_CLIENT_FIGURES=${CGDR_CLIENT_FIGURES:-$PWD/$OUT/figures.json}
-export PIP_DISABLE_PIP_VERSION_CHECK=1
 start=$(date +%s)
 
 # The venv is rebuilt only when what it should hold changes (this stamp).
 pins=$(sha256sum python/requirements-clients.txt | cut -c1-16)
 stamp="$TORCH $pins py$(/usr/bin/python3 -c 'import sys; print(sys.version_info[:2])')"
-if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.cgdr-stamp" 2>/dev/null)" != "$stamp" ]; then
+if venv_is_current "$VENV" "$stamp"; then
+  echo "test-clients: reusing $VENV"
+else
   echo "test-clients: creating $VENV"
-  rm -rf "$VENV"
-  /usr/bin/python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --upgrade pip
-  # torch: the CPU wheel where its index answers; else PyPI's (a CUDA build:
-  # its NVIDIA runtime libraries are needed to load it, triton, a GPU
-  # compiler, is not, so torch is installed without it).
-  if "$VENV/bin/python" -c "import urllib.request as u; u.urlopen('$CPU_INDEX/torch/', timeout=10)" 2>/dev/null; then
-    echo "test-clients: torch from $CPU_INDEX"
-    "$VENV/bin/pip" install -q "$TORCH" --index-url "$CPU_INDEX"
-  else
-    echo "test-clients: torch from PyPI (without triton)"
-    "$VENV/bin/pip" install -q packaging
-    "$VENV/bin/pip" install -q --no-deps "$TORCH"
-    "$VENV/bin/python" - >"$OUT/torch-deps.txt" <<'PY'
-import importlib.metadata as md
-from packaging.requirements import Requirement
-for line in md.requires("torch") or []:
-    r = Requirement(line)
-    if r.name != "triton" and (r.marker is None or r.marker.evaluate({"extra": ""})):
-        print(str(r).split(";")[0])
-PY
-    "$VENV/bin/pip" install -q -r "$OUT/torch-deps.txt"
-    echo "test-clients: (pip's complaint that torch's triton is not installed is expected: left out on purpose)"
-  fi
+  venv_create "$VENV"
+  venv_install_torch "$VENV" "$TORCH" "$OUT/torch-deps.txt"
   "$VENV/bin/pip" install -q -r python/requirements-clients.txt
   echo "$stamp" >"$VENV/.cgdr-stamp"
-else
-  echo "test-clients: reusing $VENV"
 fi
 echo "test-clients: venv ready in $(( $(date +%s) - start )) s"
 

@@ -25,7 +25,7 @@ import warnings
 from . import _cgdr
 from . import _tensors as _t
 from ._golden import compare, golden
-from ._options import _choice, _scale, _threads
+from ._options import _choice, _eps, _scale, _threads
 
 __version__ = "0.1.0"
 __all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_tnd", "recurrent_step", "active_target", "golden",
@@ -73,7 +73,8 @@ def _int_option(name, value, bits=31):
 
 def _prefill(q, k, v, beta, g, initial_state, seq_lens, out, final_state, scale, l2norm, layout, threads,
              algo, check_values, precision="auto", engine="auto", v_step=0, dk_bucket=0, gate=None, beta_sigmoid=False,
-             state_indices=None, state_slot_stride=0, checkpoint_states=None, checkpoint_every=0):
+             state_indices=None, state_slot_stride=0, checkpoint_states=None, checkpoint_every=0,
+             qk_l2norm_eps=1e-6):
     """The one call into the native prefill; every tensor is already prepared.
     gate: None or (a, A_log, dt_bias), the gate in the kernel (docs/SPEC.md 6d)."""
     a, a_log, dt_bias = gate if gate is not None else (None, None, None)
@@ -87,7 +88,7 @@ def _prefill(q, k, v, beta, g, initial_state, seq_lens, out, final_state, scale,
                   dt_bias=_t.native("dt_bias", dt_bias), use_beta_sigmoid=bool(beta_sigmoid), state_indices=state_indices,
                   state_slot_stride=int(state_slot_stride),
                   checkpoint_states=_t.native("checkpoint_states", checkpoint_states),
-                  checkpoint_every=int(checkpoint_every))
+                  checkpoint_every=int(checkpoint_every), qk_l2norm_eps=_eps(qk_l2norm_eps))
 
 
 def _gate_inputs(a, A_log, dt_bias):
@@ -102,16 +103,30 @@ def _gate_inputs(a, A_log, dt_bias):
                                                                                  ("dt_bias", dt_bias)))
 
 
-def _final_state_buffers(kind, initial_state, shape, want_final, dtype):
-    """(initial, final) for the native call: final has `dtype`; when there is
-    no initial state but the final one must differ from the query's dtype, a
-    zero state of that dtype serves as both (an in-place update)."""
+def _final_state_buffers(kind, initial_state, shape, want_final, dtype, given=None):
+    """(initial, final) for the native call: final has `dtype` (the caller's
+    buffer `given`, if any); when there is no initial state but the final one
+    must differ from the query's dtype, a zero state of that dtype is the
+    initial one (the final one itself, an in-place update, unless the caller's
+    buffer is to be left untouched until the call is known to be valid)."""
     if not want_final:
         return initial_state, None
     if initial_state is not None:
-        return initial_state, _t.empty(kind, shape, dtype)
+        return initial_state, _t.output("final_state", given, kind, shape, dtype)
+    if given is not None:
+        return _t.zeros(kind, shape, dtype), _t.output("final_state", given, kind, shape, dtype)
     final = _t.zeros(kind, shape, dtype)
     return final, final
+
+
+def _no_final_buffer(final_state, output_final_state, pool):
+    """final_state= is a caller's buffer for a dense final state only."""
+    if final_state is None:
+        return
+    if pool:
+        raise ValueError("final_state: not taken with a pool (the pool initial_state is written in place)")
+    if not output_final_state:
+        raise ValueError("final_state: given with output_final_state=False (pass output_final_state=True)")
 
 
 def _cu_seqlens_to_lens(cu_seqlens, T):
@@ -198,13 +213,15 @@ def _fla_pool_slots(initial_state_indices, initial_state, N):
     return slots
 
 
-def _pool_buffers(pool, output_final_state):
-    """(initial, final) of a pool: read in place, and written in place with output_final_state."""
+def _pool_buffers(pool, output_final_state, state_slot_stride):
+    """(initial, final, slot stride) of a pool: read in place, and written in
+    place with output_final_state; a torch view of a pool with room between its
+    slots is used as it is (_tensors.writable_pool)."""
     _t.float_dtype_name("initial_state", pool)
-    if output_final_state:
-        pool = _t.check_writable("initial_state", pool)
-        return pool, pool
-    return _t.contiguous_input("initial_state", pool), None
+    if not output_final_state and not _t.is_slot_strided(pool):
+        return _t.contiguous_input("initial_state", pool), None, state_slot_stride
+    pool, stride = _t.writable_pool("initial_state", pool, state_slot_stride)
+    return pool, (pool if output_final_state else None), stride
 
 
 def _checkpoint_buffer(kind, checkpoint_every, lens, state_dims):
@@ -235,7 +252,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                            state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, chunk_indices=None,
                            cp_context=None, *, state_layout=None, threads=None, algo="auto", check_values=False,
                            precision="auto", engine="auto", v_step=0, dk_bucket=0, initial_state_indices=None,
-                           state_slot_stride=0, checkpoint_every=0, **fla_kwargs):
+                           state_slot_stride=0, checkpoint_every=0, qk_l2norm_eps=1e-6, out=None, final_state=None,
+                           **fla_kwargs):
     """flash-linear-attention's chunk_gated_delta_rule on the CPU.
 
     The arguments up to cp_context are fla's (0.6), in fla's order, with its
@@ -261,7 +279,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     initial_state: None (zeros) or [N, HV, K, V] (fla's default; state_layout
     "kv") or [N, HV, V, K] (state_v_first=True, or state_layout "vk"), N = B or
     len(cu_seqlens) - 1, any of the three float dtypes.
-    use_qk_l2norm_in_kernel: divide q and k rows by sqrt(sum x^2 + 1e-6).
+    use_qk_l2norm_in_kernel: divide q and k rows by sqrt(sum x^2 + qk_l2norm_eps)
+    (keyword-only, default 1e-6 as fla; vLLM-CPU's ops use 1e-5).
     threads: None (default: every CPU this process may use) or 1..4096.
 
     Returns (o, final_state): o [B, T, HV, V] in q's dtype; final_state (None
@@ -294,6 +313,10 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     tests and tuning, docs/SPEC.md 2.2).
 
     Serving (docs/SPEC.md 6d), keyword-only:
+    out, final_state: caller's buffers for o [B, T, HV, V] (q's dtype) and the
+    dense final_state (initial_state's dtype, float32 without one), written
+    and returned instead of new ones (a serving loop that reuses them pays no
+    page faults); checked like every other tensor before anything is written.
     initial_state_indices (sglang's name): N ints; initial_state is then a
     pool [P, HV, K, V] (or [P, HV, V, K]) whose slot initial_state_indices[n]
     sequence n reads and, with output_final_state, writes in place (negative:
@@ -341,8 +364,10 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     qd = _t.float_dtype_name("q", q)
     state_dims = (HV, K, V) if layout == "kv" else (HV, V, K)
     slots = _fla_pool_slots(initial_state_indices, initial_state, N)
+    state_slot_stride = _int_option("state_slot_stride", state_slot_stride, 63)
+    _no_final_buffer(final_state, output_final_state, slots is not None)
     if slots is not None:
-        init_arg, final = _pool_buffers(initial_state, output_final_state)
+        init_arg, final, state_slot_stride = _pool_buffers(initial_state, output_final_state, state_slot_stride)
     else:
         init = None
         if initial_state is not None:
@@ -350,14 +375,15 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
             init = _t.contiguous_input("initial_state", initial_state)
         final_dtype = _t.dtype_name("initial_state", init) if init is not None else "f32"
         if init is None and output_final_state and final_dtype == qd:
-            init_arg, final = None, _t.empty(kind, (N,) + state_dims, final_dtype)
+            init_arg, final = None, _t.output("final_state", final_state, kind, (N,) + state_dims, final_dtype)
         else:
-            init_arg, final = _final_state_buffers(kind, init, (N,) + state_dims, output_final_state, final_dtype)
+            init_arg, final = _final_state_buffers(kind, init, (N,) + state_dims, output_final_state, final_dtype,
+                                                   final_state)
     checkpoints = _checkpoint_buffer(kind, checkpoint_every, seq_lens, state_dims)
 
     qc, kc, vc, bc = (_t.contiguous_input(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("beta", beta)))
     gc = _t.contiguous_input("g", g) if g is not None else None
-    o = _t.empty(kind, (B, T, HV, V), qd)
+    o = _t.output("out", out, kind, (B, T, HV, V), qd)
 
     def packed(x):  # [B, T, ...] -> [B*T, ...]: a view of a contiguous tensor; its own trailing dims
         return None if x is None else x.reshape((B * T,) + tuple(x.shape[2:]))
@@ -368,8 +394,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                  packed(o), final, _scale(scale), use_qk_l2norm_in_kernel, layout, _threads(threads), _algo(algo),
                  check_values, _precision(precision), _engine(engine), v_step, dk_bucket, gate=gate,
                  beta_sigmoid=use_beta_sigmoid_in_kernel, state_indices=slots,
-                 state_slot_stride=_int_option("state_slot_stride", state_slot_stride, 63),
-                 checkpoint_states=checkpoints, checkpoint_every=checkpoint_every)
+                 state_slot_stride=state_slot_stride,
+                 checkpoint_states=checkpoints, checkpoint_every=checkpoint_every, qk_l2norm_eps=qk_l2norm_eps)
     return (o, final) if checkpoints is None else (o, final, checkpoints)
 
 
@@ -377,7 +403,8 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
                                use_qk_l2norm_in_kernel=False, state_layout="vk", threads=None,
                                output_final_state=True, algo="auto", check_values=False, precision="auto",
                                engine="auto", v_step=0, dk_bucket=0, *, a=None, A_log=None, dt_bias=None,
-                               use_beta_sigmoid=False, state_indices=None, state_slot_stride=0, checkpoint_every=0):
+                               use_beta_sigmoid=False, state_indices=None, state_slot_stride=0, checkpoint_every=0,
+                               qk_l2norm_eps=1e-6, out=None, final_state=None):
     """The operator in its packed form (the seeds' signature, SPEC 2).
 
     query, key: [T, Nk, Dk]; value: [T, Nv, Dv]; beta: [T, Nv] (these four in
@@ -391,7 +418,9 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
     initial_state's dtype (query's when None), or None if not output_final_state
     (default True).
     scale, use_qk_l2norm_in_kernel, threads, algo, precision, engine,
-    check_values, v_step, dk_bucket: as in chunk_gated_delta_rule.
+    check_values, v_step, dk_bucket, qk_l2norm_eps, and the caller's buffers
+    out [T, Nv, Dv] and final_state (not with a pool): as in
+    chunk_gated_delta_rule.
 
     Serving (docs/SPEC.md 6d), keyword-only:
     a [T, Nv], A_log [Nv], dt_bias [Nv] (optional): the gate in the kernel,
@@ -416,31 +445,33 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
     slots = _t.int32_vector("state_indices", state_indices) if state_indices is not None else None
     state_dims = (Nv, Dk, Dv) if layout == "kv" else (Nv, Dv, Dk)
     final = None
+    _no_final_buffer(final_state, output_final_state, slots is not None)
     if slots is not None:
         if initial_state is None:
             raise ValueError("initial_state: required with state_indices (the pool [P, Nv, ...] read and written)")
-        init, final = _pool_buffers(initial_state, output_final_state)
+        init, final, state_slot_stride = _pool_buffers(initial_state, output_final_state,
+                                                       _int_option("state_slot_stride", state_slot_stride, 63))
     else:
         init = _t.contiguous_input("initial_state", initial_state) if initial_state is not None else None
         if output_final_state:
             fdt = _t.float_dtype_name("initial_state", init) if init is not None else qd
-            final = _t.empty(kind, (lens.shape[0],) + state_dims, fdt)
+            final = _t.output("final_state", final_state, kind, (lens.shape[0],) + state_dims, fdt)
     checkpoints = _checkpoint_buffer(kind, checkpoint_every, lens, state_dims)
     ins = [_t.contiguous_input(n, x) for n, x in (("query", query), ("key", key), ("value", value), ("beta", beta))]
     gc = _t.contiguous_input("g", g) if g is not None else None
-    out = _t.empty(kind, (T, Nv, Dv), qd)
+    out = _t.output("out", out, kind, (T, Nv, Dv), qd)
     _prefill(*ins, gc, init, lens, out, final, _scale(scale), use_qk_l2norm_in_kernel, layout,
              _threads(threads), _algo(algo), check_values, _precision(precision), _engine(engine), v_step, dk_bucket,
              gate=_gate_inputs(a, A_log, dt_bias), beta_sigmoid=use_beta_sigmoid, state_indices=slots,
              state_slot_stride=state_slot_stride, checkpoint_states=checkpoints,
-             checkpoint_every=checkpoint_every)
+             checkpoint_every=checkpoint_every, qk_l2norm_eps=qk_l2norm_eps)
     return (out, final) if checkpoints is None else (out, final, checkpoints)
 
 
 def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, scale=None,
                    use_qk_l2norm_in_kernel=False, state_layout="kv", threads=None, out=None, check_values=False,
                    *, a=None, A_log=None, dt_bias=None, use_beta_sigmoid=False, dst_indices=None,
-                   output_states=False, state_slot_stride=0):
+                   output_states=False, state_slot_stride=0, qk_l2norm_eps=1e-6):
     """One decode step: a new token for each of N sequences.
 
     query, key: [N, Nk, Dk]; value: [N, Nv, Dv]; beta: [N, Nv] (these four in
@@ -458,7 +489,7 @@ def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, s
     check_values: False (default); True first scans the inputs and the pool
     rows the step will use, and raises ValueError on a NaN or Inf (or g > 0)
     before anything is written.
-    scale, use_qk_l2norm_in_kernel, threads: as in chunk_gated_delta_rule.
+    scale, use_qk_l2norm_in_kernel, threads, qk_l2norm_eps: as in chunk_gated_delta_rule.
     Returns out.
 
     Verify (speculative decoding, docs/SPEC.md 6d): with query, key [N, K,
@@ -480,7 +511,8 @@ def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, s
     N = value.shape[0]
     qd = _t.float_dtype_name("query", query)
     pd = _t.float_dtype_name("state_pool", state_pool)
-    pool = _t.check_writable("state_pool", state_pool)
+    pool, state_slot_stride = _t.writable_pool("state_pool", state_pool,
+                                               _int_option("state_slot_stride", state_slot_stride, 63))
     idx = _t.int32_vector("state_indices", state_indices)
     dst = _t.int32_vector("dst_indices", dst_indices, ndim=2) if dst_indices is not None else None
     if out is None:
@@ -500,5 +532,6 @@ def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, s
                       bool(use_qk_l2norm_in_kernel), _layout(state_layout), _threads(threads), bool(check_values),
                       a=_t.native("a", gate[0]), A_log=_t.native("A_log", gate[1]),
                       dt_bias=_t.native("dt_bias", gate[2]), use_beta_sigmoid=bool(use_beta_sigmoid), dst_indices=dst,
-                      states=_t.native("states", states), state_slot_stride=int(state_slot_stride))
+                      states=_t.native("states", states), state_slot_stride=int(state_slot_stride),
+                      qk_l2norm_eps=_eps(qk_l2norm_eps))
     return out if states is None else (out, states)

@@ -43,9 +43,14 @@ def common_kind(**tensors):
     return next(iter(kinds.values()))
 
 
+_TORCH_NAMES = {}
+
+
 def _torch_names():
-    t = _torch()
-    return {t.float16: "f16", t.bfloat16: "bf16", t.float32: "f32", t.int32: "i32"}
+    if not _TORCH_NAMES:  # built once: every tensor of every call looks its dtype up here
+        t = _torch()
+        _TORCH_NAMES.update({t.float16: "f16", t.bfloat16: "bf16", t.float32: "f32", t.int32: "i32"})
+    return _TORCH_NAMES
 
 
 def dtype_name(name, x):
@@ -99,20 +104,57 @@ def check_writable(name, x):
     return x.detach() if x.requires_grad else x
 
 
+def _elements_from(x):
+    """Elements of x's memory from its first one on: its own size for a numpy
+    array (always C-contiguous here), the rest of its storage for a torch
+    tensor (a view of a larger pool reaches the memory between its slots)."""
+    if isinstance(x, np.ndarray):
+        return int(x.size)
+    storage = x.untyped_storage() if hasattr(x, "untyped_storage") else x.storage()  # torch < 2.0: storage()
+    return int(storage.nbytes()) // x.element_size() - int(x.storage_offset())
+
+
 def check_slot_extent(name, x, stride):
-    """Slots `stride` elements apart must lie inside x: the native layer sees
-    only x's shape, and every tensor here is contiguous, so a stride beyond
-    one slot's size would reach past x's memory (ValueError instead)."""
+    """Slots `stride` elements apart must lie inside x's memory: the native
+    layer sees only x's shape and data pointer, so a stride beyond one slot's
+    size must not reach past it (ValueError instead)."""
     if x is None or not stride or x.ndim < 1 or x.shape[0] < 2:
         return
     slots = int(x.shape[0])
     size = int(x.size if isinstance(x, np.ndarray) else x.numel())
     slot = size // slots
     need = (slots - 1) * int(stride) + slot
-    if int(stride) > slot and need > size:
+    have = _elements_from(x)
+    if int(stride) > slot and need > have:
         raise ValueError(f"state_slot_stride: {slots} slots of {name} {int(stride)} elements apart need {need} "
-                         f"elements, the contiguous tensor holds {size} (a stride beyond one slot, {slot}, needs "
+                         f"elements, its memory holds {have} (a stride beyond one slot, {slot}, needs "
                          "the memory between the slots)")
+
+
+def is_slot_strided(x):
+    """x is a torch view of a pool: slots dense, further apart than one slot."""
+    return (is_torch(x) and x.device.type == "cpu" and x.ndim >= 2 and not x.is_contiguous()
+            and x.narrow(0, 0, 1).is_contiguous() and int(x.stride(0)) >= x[0].numel())
+
+
+def writable_pool(name, x, state_slot_stride):
+    """A state pool written in place, as (pool, slot stride). A torch view
+    whose slots lie further apart than one slot, each slot dense (vLLM's
+    pools, which keep other state between the slots), is taken as it is and
+    its stride read from the view; anything else must be contiguous."""
+    if not is_torch(x) or x.ndim < 2 or x.is_contiguous():
+        return check_writable(name, x), state_slot_stride
+    if x.device.type != "cpu":
+        raise TypeError(f"{name}: expected a CPU tensor, got device {x.device}")
+    slot = x[0].numel()
+    stride = int(x.stride(0))
+    if not x.narrow(0, 0, 1).is_contiguous() or stride < slot:
+        raise ValueError(f"{name}: expected a contiguous pool, or a view of one whose slots are dense and at least "
+                         f"one slot ({slot} elements) apart (it is written in place), got strides {x.stride()}")
+    if state_slot_stride not in (0, stride):
+        raise ValueError(f"state_slot_stride: the pool view {name} has its slots {stride} elements apart, "
+                         f"got state_slot_stride = {state_slot_stride}")
+    return (x.detach() if x.requires_grad else x), stride
 
 
 def native(name, x):
@@ -132,6 +174,23 @@ def empty(kind, shape, dtype):
         return np.empty(shape, dtype=_NUMPY_DTYPES[dtype])
     t = _torch()
     return t.empty(shape, dtype={"f16": t.float16, "bf16": t.bfloat16, "f32": t.float32}[dtype])
+
+
+def output(name, x, kind, shape, dtype):
+    """A caller's buffer for an output (out=, final_state=), or a new one when
+    x is None: the kind, shape and dtype the call would allocate, writable and
+    contiguous, else TypeError/ValueError naming it, before anything is written."""
+    if x is None:
+        return empty(kind, shape, dtype)
+    if kind_of(name, x) != kind:
+        raise TypeError(f"{name}: expected a {'numpy array' if kind == 'numpy' else 'torch tensor'} as the inputs, "
+                        f"got a {kind_of(name, x)} one")
+    if tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {list(shape)}, got {list(x.shape)}")
+    got = dtype_name(name, x)
+    if got != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype} (the call's result), got {got}")
+    return check_writable(name, x)
 
 
 def zeros(kind, shape, dtype):

@@ -120,7 +120,7 @@ def problem(kind, dtype, lens, l2norm, layout, plant=None, state_dtype="f32", g_
 def reference(t, lens, sem):
     return gdr_fp64(t["q"], t["k"], t["v"], t["beta"], t["g"] if sem["g"] else None,
                     t["state"] if sem["init"] else None, lens, scale=sem["scale"], l2norm=sem["l2norm"],
-                    layout=sem["layout"])
+                    layout=sem["layout"], eps=sem.get("eps", 1e-6))
 
 
 def given(kw, name, default=None):
@@ -150,6 +150,18 @@ class Prefill:
         lens = LENS if (self.layout == "tnd" or sem["packed"]) else [self.batch[1]] * self.batch[0]
         return problem(kind, dtype, lens, sem["l2norm"], sem["layout"], plant, **dtypes), lens, sem
 
+    def buffers(self, t, lens, sem, kw, B, T):
+        """The caller's out= / final_state= buffers a GIVEN row asks for, filled with 7s."""
+        kind, bufs = kind_of(t["q"]), {}
+        if given(kw, "out"):
+            shape = (sum(lens), NV, DV) if self.layout == "tnd" else (B, T, NV, DV)
+            bufs["out"] = make(kind, dtype_of(t["q"]), np.full(shape, 7.0))
+        if given(kw, "final_state"):
+            dims = (NV, DK, DV) if sem["layout"] == "kv" else (NV, DV, DK)
+            N = len(lens) if (self.layout == "tnd" or sem["packed"]) else B
+            bufs["final_state"] = make(kind, self.final_dtype(t, sem), np.full((N,) + dims, 7.0))
+        return bufs
+
     def call(self, t, lens, sem, kw):
         kind = kind_of(t["q"])
         args = {k: v for k, v in kw.items() if v is not GIVEN}
@@ -158,7 +170,8 @@ class Prefill:
         if self.layout == "tnd":
             args.pop("g", None)
             args.pop("initial_state", None)
-            return self.fn(t["q"], t["k"], t["v"], t["beta"], init, lens, g=g, **args)
+            bufs = self.buffers(t, lens, sem, kw, 1, sum(lens))
+            return self.returned(bufs, self.fn(t["q"], t["k"], t["v"], t["beta"], init, lens, g=g, **args, **bufs))
         B, T = (1, sum(lens)) if sem["packed"] else self.batch
         bt = lambda x: None if x is None else x.reshape((B, T) + tuple(x.shape[1:]))
         cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
@@ -170,7 +183,16 @@ class Prefill:
             args.pop(name, None)
         if "initial_state" in inspect.signature(self.fn).parameters:
             args["initial_state"] = init
-        return self.fn(bt(t["q"]), bt(t["k"]), bt(t["v"]), bt(g), bt(t["beta"]), **args)
+        bufs = self.buffers(t, lens, sem, kw, B, T)
+        return self.returned(bufs, self.fn(bt(t["q"]), bt(t["k"]), bt(t["v"]), bt(g), bt(t["beta"]), **args, **bufs))
+
+    @staticmethod
+    def returned(bufs, result):
+        """result, after checking that the caller's buffers are what came back."""
+        for i, name in enumerate(("out", "final_state")):
+            if name in bufs:
+                assert result[i] is bufs[name], f"{name}= is not the tensor returned"
+        return result
 
     def run(self, t, lens, sem, kw):
         with warnings.catch_warnings():
@@ -239,19 +261,21 @@ def fla_meaning(kw):
                 scale=kw.get("scale"), g=given(kw, "g", GIVEN), init=given(kw, "initial_state"),
                 final=bool(kw.get("output_final_state")),
                 packed=given(kw, "cu_seqlens") or isinstance(kw.get("cu_seqlens"), Lazy),
-                precision=kw.get("precision", "auto"))
+                precision=kw.get("precision", "auto"), eps=kw.get("qk_l2norm_eps", 1e-6))
 
 
 def tnd_meaning(kw):
     return dict(layout=kw.get("state_layout", "vk"), l2norm=kw.get("use_qk_l2norm_in_kernel", False),
                 scale=kw.get("scale"), g=given(kw, "g"), init=given(kw, "initial_state"),
-                final=kw.get("output_final_state", True), packed=True, precision=kw.get("precision", "auto"))
+                final=kw.get("output_final_state", True), packed=True, precision=kw.get("precision", "auto"),
+                eps=kw.get("qk_l2norm_eps", 1e-6))
 
 
 def step_meaning(kw):
     layout = kw.get("state_layout", "vk" if kw.get("state_v_first") else "kv")
     return dict(layout=layout, l2norm=kw.get("use_qk_l2norm_in_kernel", False), scale=kw.get("scale"),
-                g=given(kw, "g"), init=True, final=True, packed=True, precision="fp32")
+                g=given(kw, "g"), init=True, final=True, packed=True, precision="fp32",
+                eps=kw.get("qk_l2norm_eps", 1e-6))
 
 
 def state_dtype_or(default):
@@ -317,7 +341,17 @@ NATIVE_OPTION_ROWS = [
     Row("check_values", True, Err(r"^out: non-finite value .* computed from finite inputs"), plant="huge_query"),
     Row("check_values", True, Err(r"^final_state: non-finite value -?inf at index \[0, 1, "), plant="huge_last_value"),
 ]
-COMMON_ROWS = [Row("scale", 0.37, DIFFERS), Row("scale", -0.5), Row("scale", None, DIFFERS, ctx={"scale": 0.37}),
+# The eps of the q/k norm: read only with use_qk_l2norm_in_kernel (its meaning: test_vllm_dropins.py's FP64 runs).
+EPS_ROWS = [Row("qk_l2norm_eps", 1e-2, DIFFERS, ctx={"use_qk_l2norm_in_kernel": True}),
+            Row("qk_l2norm_eps", 1e-2, SAME),
+            Row("qk_l2norm_eps", 0, Err(r"qk_l2norm_eps: expected a finite number > 0, got 0"))]
+# Caller's buffers (out=, final_state=): the same bits, written into them.
+BUFFER_ROWS = [Row("out", GIVEN, SAME), Row("final_state", GIVEN, SAME, ctx={"output_final_state": True}),
+               Row("final_state", GIVEN, SAME, ctx={"output_final_state": True, "initial_state": GIVEN}),
+               Row("final_state", GIVEN, Err(r"final_state: given with output_final_state=False"),
+                   ctx={"output_final_state": False})]
+COMMON_ROWS = EPS_ROWS + BUFFER_ROWS + [
+               Row("scale", 0.37, DIFFERS), Row("scale", -0.5), Row("scale", None, DIFFERS, ctx={"scale": 0.37}),
                Row("scale", 0, Err(r"scale: expected a finite non-zero number or None")),
                Row("use_qk_l2norm_in_kernel", True, REF), Row("initial_state", None, REF)]
 
@@ -356,7 +390,7 @@ ROWS = {
         Row("state_slot_stride", 1, Err(r"options\.state_slot_stride: expected 0 \(dense\) or")),
         Row("checkpoint_every", 0, SAME),
         Row("checkpoint_every", -1, Err(r"checkpoint_every: expected 0 \(none\) or a positive token count, got -1"))],
-    "step": [Row("scale", 0.37, DIFFERS), Row("scale", -0.5), Row("use_qk_l2norm_in_kernel", True, REF),
+    "step": EPS_ROWS + [Row("scale", 0.37, DIFFERS), Row("scale", -0.5), Row("use_qk_l2norm_in_kernel", True, REF),
              Row("state_layout", "vk", REF), Row("g", None, REF), Row("out", GIVEN, SAME),
              Row("threads", 1, SAME), Row("threads", 4096, SAME),
              Row("threads", 4097, Err(r"threads: expected None \(all cores\) or an int in \[1, 4096\], got 4097")),

@@ -108,9 +108,16 @@ def test_bad_indices_write_nothing(kind, indices, message):
 
 def test_pool_must_be_writable_in_place():
     args, pool, out = bad_step_setup("torch")
-    strided = torch.zeros(4, 2, DV, DK).transpose(2, 3)  # right shape, not contiguous
-    with pytest.raises(ValueError, match="state_pool: expected a contiguous tensor"):
+    strided = torch.zeros(4, 2, DV, DK).transpose(2, 3)  # right shape, not contiguous, nor dense slots
+    with pytest.raises(ValueError, match="state_pool: expected a contiguous pool, or a view of one whose slots are "
+                                         "dense"):
         cgdr.recurrent_step(*args, strided, [0, 1, 2])
+    # A view of dense slots further apart than one slot (vLLM's pools) is taken in place.
+    roomy = torch.zeros(4, 3, DV, DK)
+    before = roomy.clone()
+    cgdr.recurrent_step(*args, roomy[:, :2], [0, 1, 2], state_layout="vk")
+    assert torch.equal(roomy[:, 2], before[:, 2]), "the memory between the slots was written"
+    assert not torch.equal(roomy[:3, :2], before[:3, :2]), "the view's slots were not updated in place"
     args, pool, out = bad_step_setup("numpy")
     pool.flags.writeable = False
     with pytest.raises(ValueError, match="state_pool: expected a writable array"):
