@@ -16,9 +16,14 @@ start=$(date +%s)
 VENV=$(bash scripts/vllm-venv.sh)
 echo "test-vllm: venv ready in $(( $(date +%s) - start )) s"
 
-# The wheel, with this venv's build requirements (build-pip/ keeps the build).
+# The wheel (build-pip/ keeps the build). Built by the clients' venv where
+# it exists: `make test-clients` configured build-pip/ with it, so nothing is
+# recompiled (configured from another venv, CMake rebuilds the extension's
+# library: minutes). The wheel itself does not depend on the venv.
+BUILDER=${CGDR_CLIENTS_VENV:-$HOME/.cache/cgdr/venv-clients}
+[ -x "$BUILDER/bin/pip" ] && "$BUILDER/bin/python" -c "import scikit_build_core, pybind11" 2>/dev/null || BUILDER=$VENV
 rm -rf "$OUT/dist"
-"$VENV/bin/pip" wheel -q --no-build-isolation --no-deps . -w "$OUT/dist"
+"$BUILDER/bin/pip" wheel -q --no-build-isolation --no-deps . -w "$OUT/dist"
 "$VENV/bin/pip" install -q --force-reinstall --no-deps "$OUT"/dist/cgdr-*.whl
 echo "test-vllm: cgdr installed in $(( $(date +%s) - start )) s"
 
