@@ -10,6 +10,12 @@ implementations, so torch.compile(fullgraph=True) traces them):
         scale, cu_seqlens, use_qk_l2norm_in_kernel, state_v_first, output_final_state,
         use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel, state_slot_stride,
         checkpoint_every) -> (o, checkpoint_states)        (the pool initial_state updated in place)
+    torch.ops.cgdr.chunk_gated_delta_rule_out(q, k, v, g, beta, out, final_state, scale, initial_state,
+        cu_seqlens, use_qk_l2norm_in_kernel, state_v_first, output_final_state, use_gate_in_kernel, A_log,
+        dt_bias, use_beta_sigmoid_in_kernel, checkpoint_every, state_slot_stride)
+        -> (final_state or [0, HV, ...], checkpoint_states)  (o into out, the state into final_state if given)
+    torch.ops.cgdr.chunk_gated_delta_rule_pool_out(q, k, v, g, beta, initial_state, initial_state_indices, out,
+        <the pool op's arguments>) -> checkpoint_states     (o into out, the pool updated in place)
     torch.ops.cgdr.recurrent_step(query, key, value, beta, state_pool, state_indices, g, scale,
         use_qk_l2norm_in_kernel, state_v_first, a, A_log, dt_bias, use_beta_sigmoid, dst_indices,
         state_slot_stride) -> out                           (state_pool updated in place)
@@ -192,9 +198,71 @@ def _step_states_fake(query, key, value, beta, state_pool, state_indices, g=None
     return query.new_empty(tuple(value.shape)), state_pool.new_empty((rows,) + tuple(state_pool.shape[1:]))
 
 
+def _chunk_out_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: Optional[torch.Tensor],
+                     beta: torch.Tensor, out: torch.Tensor, final_state: Optional[torch.Tensor],
+                     scale: Optional[float] = None, initial_state: Optional[torch.Tensor] = None,
+                     cu_seqlens: Optional[torch.Tensor] = None, use_qk_l2norm_in_kernel: bool = False,
+                     state_v_first: bool = False, output_final_state: bool = False, use_gate_in_kernel: bool = False,
+                     A_log: Optional[torch.Tensor] = None, dt_bias: Optional[torch.Tensor] = None,
+                     use_beta_sigmoid_in_kernel: bool = False, checkpoint_every: int = 0,
+                     state_slot_stride: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
+    """_chunk_eager into the caller's out (and final_state): returns (the final
+    state when it is wanted and no final_state buffer came, else [0, HV, ...];
+    checkpoint_states)."""
+    r = _cgdr_api.chunk_gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                                         output_final_state=output_final_state,
+                                         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                                         state_v_first=state_v_first, cu_seqlens=cu_seqlens,
+                                         checkpoint_every=checkpoint_every, state_slot_stride=state_slot_stride,
+                                         out=out, final_state=final_state,
+                                         **_gate_kwargs(use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel))
+    none = lambda: q.new_empty((0,) + _state_dims(q, v, state_v_first), dtype=torch.float32)  # one per return
+    new_final = r[1] if (output_final_state and final_state is None) else none()
+    return new_final, (r[2] if len(r) == 3 else none())
+
+
+def _chunk_out_fake(q, k, v, g, beta, out, final_state, scale=None, initial_state=None, cu_seqlens=None,
+                    use_qk_l2norm_in_kernel=False, state_v_first=False, output_final_state=False,
+                    use_gate_in_kernel=False, A_log=None, dt_bias=None, use_beta_sigmoid_in_kernel=False,
+                    checkpoint_every=0, state_slot_stride=0):
+    _, final, ckpt = _chunk_fake(q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel,
+                                 state_v_first, checkpoint_every=checkpoint_every)
+    return (final if (output_final_state and final_state is None) else final[:0].to(torch.float32)), ckpt
+
+
+def _chunk_pool_out_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: Optional[torch.Tensor],
+                          beta: torch.Tensor, initial_state: torch.Tensor, initial_state_indices: torch.Tensor,
+                          out: torch.Tensor, scale: Optional[float] = None, cu_seqlens: Optional[torch.Tensor] = None,
+                          use_qk_l2norm_in_kernel: bool = False, state_v_first: bool = False,
+                          output_final_state: bool = True, use_gate_in_kernel: bool = False,
+                          A_log: Optional[torch.Tensor] = None, dt_bias: Optional[torch.Tensor] = None,
+                          use_beta_sigmoid_in_kernel: bool = False, state_slot_stride: int = 0,
+                          checkpoint_every: int = 0) -> torch.Tensor:
+    """_chunk_pool_eager into the caller's out: returns checkpoint_states."""
+    r = _cgdr_api.chunk_gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                                         output_final_state=output_final_state,
+                                         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first,
+                                         cu_seqlens=cu_seqlens, initial_state_indices=initial_state_indices,
+                                         state_slot_stride=state_slot_stride, checkpoint_every=checkpoint_every,
+                                         out=out,
+                                         **_gate_kwargs(use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel))
+    return r[2] if len(r) == 3 else q.new_empty((0,) + _state_dims(q, v, state_v_first), dtype=torch.float32)
+
+
+def _chunk_pool_out_fake(q, k, v, g, beta, initial_state, initial_state_indices, out, scale=None, cu_seqlens=None,
+                         use_qk_l2norm_in_kernel=False, state_v_first=False, output_final_state=True,
+                         use_gate_in_kernel=False, A_log=None, dt_bias=None, use_beta_sigmoid_in_kernel=False,
+                         state_slot_stride=0, checkpoint_every=0):
+    return _chunk_pool_fake(q, k, v, g, beta, initial_state, initial_state_indices, scale, cu_seqlens,
+                            checkpoint_every=checkpoint_every)[1]
+
+
 # name: (eager, fake, mutated arguments)
 _OPS = {"chunk_gated_delta_rule": (_chunk_eager, _chunk_fake, ()),
         "chunk_gated_delta_rule_pool": (_chunk_pool_eager, _chunk_pool_fake, ("initial_state",)),
+        # The caller's buffers (out=, final_state=): written in place, nothing returned aliases them.
+        "chunk_gated_delta_rule_out": (_chunk_out_eager, _chunk_out_fake, ("out", "final_state")),
+        "chunk_gated_delta_rule_pool_out": (_chunk_pool_out_eager, _chunk_pool_out_fake, ("initial_state", "out")),
         "recurrent_step": (_step_eager, _step_fake, ("state_pool",)),
         "recurrent_step_states": (_step_states_eager, _step_states_fake, ())}
 
@@ -219,7 +287,8 @@ _chunk_op = _ops["chunk_gated_delta_rule"]
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
                            use_qk_l2norm_in_kernel=False, state_v_first=False, cu_seqlens=None, *,
                            use_gate_in_kernel=False, A_log=None, dt_bias=None, use_beta_sigmoid_in_kernel=False,
-                           initial_state_indices=None, state_slot_stride=0, checkpoint_every=0):
+                           initial_state_indices=None, state_slot_stride=0, checkpoint_every=0, out=None,
+                           final_state=None):
     """fla's chunk_gated_delta_rule on CPU torch tensors through the custom ops
     (traceable by torch.compile). Same layouts, dtypes and keywords as
     cgdr.chunk_gated_delta_rule: o [B, T, HV, V] in q's dtype; final_state
@@ -229,8 +298,14 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     use_beta_sigmoid_in_kernel (fla's gate); initial_state_indices (sglang's
     pool slots: initial_state is a pool, updated in place, and returned as
     final_state), state_slot_stride; checkpoint_every > 0 adds
-    checkpoint_states: (o, final_state, checkpoint_states)."""
+    checkpoint_states: (o, final_state, checkpoint_states).
+    out, final_state: the caller's buffers (as cgdr.chunk_gated_delta_rule's),
+    written in place and returned; final_state only without a pool."""
     gate = (use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel)
+    if out is not None or final_state is not None:
+        return _chunk_into(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+                           state_v_first, cu_seqlens, gate, initial_state_indices, state_slot_stride,
+                           checkpoint_every, out, final_state)
     if initial_state_indices is not None:
         o, ckpt = _ops["chunk_gated_delta_rule_pool"](q, k, v, g, beta, initial_state, initial_state_indices, scale,
                                                       cu_seqlens, use_qk_l2norm_in_kernel, state_v_first,
@@ -241,6 +316,36 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                                    state_v_first, *gate, checkpoint_every, state_slot_stride)
         final = final if output_final_state else None
     return (o, final) if not checkpoint_every else (o, final, ckpt)
+
+
+def _buffer(name, x):
+    """A caller's buffer for the ops: a torch tensor (the ops' schema takes nothing else)."""
+    if x is not None and not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor (or None), got {type(x).__name__}")
+    return x
+
+
+def _chunk_into(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, state_v_first,
+                cu_seqlens, gate, initial_state_indices, state_slot_stride, checkpoint_every, out, final_state):
+    """chunk_gated_delta_rule with out= / final_state=, through the ops that
+    write them in place (an op's outputs may not alias its inputs)."""
+    out, final_state = _buffer("out", out), _buffer("final_state", final_state)
+    if out is None:  # only final_state= came: o is new, as without buffers
+        out = q.new_empty(tuple(q.shape[:2]) + tuple(v.shape[2:]))
+    if initial_state_indices is not None:
+        if final_state is not None:
+            raise ValueError("final_state: not taken with a pool (the pool initial_state is written in place)")
+        ckpt = _ops["chunk_gated_delta_rule_pool_out"](q, k, v, g, beta, initial_state, initial_state_indices, out,
+                                                       scale, cu_seqlens, use_qk_l2norm_in_kernel, state_v_first,
+                                                       output_final_state, *gate, state_slot_stride, checkpoint_every)
+        final = initial_state if output_final_state else None
+    else:
+        new_final, ckpt = _ops["chunk_gated_delta_rule_out"](q, k, v, g, beta, out, final_state, scale, initial_state,
+                                                             cu_seqlens, use_qk_l2norm_in_kernel, state_v_first,
+                                                             output_final_state, *gate, checkpoint_every,
+                                                             state_slot_stride)
+        final = (final_state if final_state is not None else new_final) if output_final_state else None
+    return (out, final) if not checkpoint_every else (out, final, ckpt)
 
 
 def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, scale=None,

@@ -403,7 +403,7 @@ ROWS = {
              Row("use_beta_sigmoid", False, SAME), Row("output_states", False, SAME),
              Row("dst_indices", [0, 1, 2], Err(r"dst_indices: expected a 2-D sequence of integers")),
              Row("state_slot_stride", 1, Err(r"options\.state_slot_stride: expected 0 \(dense\) or"))],
-    "torch.chunk": [Row("scale", 0.37, DIFFERS), Row("initial_state", None, REF), Row("output_final_state", False, REF),
+    "torch.chunk": BUFFER_ROWS + [Row("scale", 0.37, DIFFERS), Row("initial_state", None, REF), Row("output_final_state", False, REF),
                     Row("use_qk_l2norm_in_kernel", True, REF), Row("state_v_first", True, REF), Row("g", None, REF),
                     Row("cu_seqlens", None, REF),
                     # Serving (docs/SPEC.md 6d; their meaning: python/tests/test_torch_ops.py, test_serving.py).

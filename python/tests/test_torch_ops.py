@@ -88,6 +88,14 @@ def test_opcheck():
                           (qk, kk, vk, bk, torch.cat([h0, h0]), idx, gk),
                           {"dst_indices": torch.tensor([[1, 3, 2], [0, -1, -1]], dtype=torch.int32)})
     torch.library.opcheck(torch.ops.cgdr.recurrent_step_states, (qk, kk, vk, bk, torch.cat([h0, h0]), idx, gk))
+    # The caller's buffers (out=, final_state=): declared mutated, nothing returned aliases them.
+    out = torch.empty(2, 9, 4, 24)
+    torch.library.opcheck(torch.ops.cgdr.chunk_gated_delta_rule_out,
+                          (q, k, v, g, beta, out, torch.empty(2, 4, 16, 24), 0.3, h0, None, True, False, True))
+    torch.library.opcheck(torch.ops.cgdr.chunk_gated_delta_rule_out,
+                          (q, k, v, g, beta, out, None, None, None, None, False, False, True), {"checkpoint_every": 4})
+    torch.library.opcheck(torch.ops.cgdr.chunk_gated_delta_rule_pool_out,
+                          (q, k, v, g, beta, torch.cat([h0, h0]), idx, out), {"checkpoint_every": 4})
 
 
 def test_serving_arguments_match_the_package_entry_points():
@@ -155,6 +163,86 @@ def test_verify_bad_input_through_the_ops():
     with pytest.raises(ValueError, match=r"A_log: required with the raw gate a"):
         ct.recurrent_step(qk, kk, vk, bk, pool, src, a=gk)
     assert torch.equal(pool, before)
+
+
+def test_caller_buffers_through_the_ops():
+    """out= / final_state=: the same bits as without them, written into the caller's tensors and returned."""
+    q, k, v, g, beta, h0 = inputs()
+    ro, rs = ct.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+    out, final = torch.full_like(ro, 7.0), torch.full_like(rs, 7.0)
+    o, s = ct.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True, out=out,
+                                     final_state=final)
+    assert o is out and s is final and torch.equal(o, ro) and torch.equal(s, rs)
+    o, s = ct.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                     out=torch.full_like(ro, 7.0))  # out= alone: the state is new
+    assert torch.equal(o, ro) and torch.equal(s, rs)
+    o, s = ct.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                     final_state=final.fill_(7.0))  # final_state= alone: o is new
+    assert s is final and torch.equal(o, ro) and torch.equal(s, rs)
+    o, s, ck = ct.chunk_gated_delta_rule(q, k, v, g, beta, out=out.fill_(7.0), checkpoint_every=8)
+    ro, _, rck = ct.chunk_gated_delta_rule(q, k, v, g, beta, checkpoint_every=8)
+    assert o is out and s is None and torch.equal(o, ro) and torch.equal(ck, rck) and ck.shape[0] == 8
+    # A pool: out= is the caller's, the pool is written in place as without it.
+    idx = torch.tensor([2, 0], dtype=torch.int32)
+    want_pool, got_pool = torch.cat([h0, h0]), torch.cat([h0, h0])
+    ro, _ = ct.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=want_pool, output_final_state=True,
+                                      initial_state_indices=idx)
+    o, p = ct.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=got_pool, output_final_state=True,
+                                     initial_state_indices=idx, out=out.fill_(7.0))
+    assert o is out and p is got_pool and torch.equal(o, ro) and torch.equal(got_pool, want_pool)
+
+
+SEVENS = lambda *shape, dtype=torch.float32: torch.full(shape, 7.0, dtype=dtype)
+POOL_IDX = torch.tensor([2, 0], dtype=torch.int32)
+
+
+@pytest.mark.parametrize("kw, pattern", [
+    (dict(out=SEVENS(2, 37, 4, 23), final_state=SEVENS(2, 4, 16, 24)), r"out: expected shape \[2, 37, 4, 24\]"),
+    (dict(out=SEVENS(2, 37, 4, 24, dtype=torch.bfloat16)), r"out: expected dtype f32 \(the call.s result\), got bf16"),
+    (dict(out=SEVENS(2, 37, 4, 24).numpy()), r"out: expected a torch.Tensor \(or None\), got ndarray"),
+    (dict(out=SEVENS(2, 37, 4, 24), final_state=SEVENS(2, 4, 16, 24), output_final_state=False),
+     r"final_state: given with output_final_state=False"),
+    (dict(out=SEVENS(2, 37, 4, 24), final_state=SEVENS(2, 4, 24, 16)), r"final_state: expected shape"),
+    (dict(out=SEVENS(2, 37, 4, 23), initial_state_indices=POOL_IDX), r"out: expected shape"),
+    (dict(final_state=SEVENS(3, 4, 16, 24), initial_state_indices=POOL_IDX), r"final_state: not taken with a pool"),
+])
+def test_caller_buffers_bad_input_through_the_ops(kw, pattern):
+    """A bad buffer is refused before anything is written: every buffer and the pool keep their 7s."""
+    q, k, v, g, beta, h0 = inputs()
+    state = SEVENS(3, 4, 16, 24) if "initial_state_indices" in kw else h0
+    kw = dict(dict(output_final_state=True), **kw)
+    with pytest.raises((ValueError, TypeError), match=pattern):
+        ct.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=state, **kw)
+    for name in ("out", "final_state"):
+        assert name not in kw or (torch.as_tensor(kw[name]) == 7.0).all(), f"{name} was written before the error"
+    assert "initial_state_indices" not in kw or (state == 7.0).all(), "the pool was written before the error"
+
+
+class PrefillInto(torch.nn.Module):
+    """A serving loop's prefill into preallocated buffers: dense, then on a pool."""
+
+    def forward(self, q, k, v, g, beta, h0, out, final, pool, idx):
+        o, s = ct.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True, out=out,
+                                         final_state=final)
+        o2, _ = ct.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=pool, output_final_state=True,
+                                          initial_state_indices=idx, out=torch.empty_like(o))
+        return o.sum() + s.sum() + o2.sum()
+
+
+@needs_ops
+def test_compile_fullgraph_caller_buffers():
+    """torch.compile(fullgraph=True) traces the buffer ops, and the buffers hold what eager writes."""
+    q, k, v, g, beta, h0 = inputs()
+    idx = torch.tensor([1, 0], dtype=torch.int32)
+    bufs = lambda: (torch.empty(2, 37, 4, 24), torch.empty(2, 4, 16, 24), torch.cat([h0, h0]))
+    want, got = bufs(), bufs()
+    with torch.no_grad():
+        want_y = PrefillInto()(q, k, v, g, beta, h0, *want, idx)
+        torch._dynamo.reset()
+        got_y = torch.compile(PrefillInto(), fullgraph=True, backend="aot_eager")(q, k, v, g, beta, h0, *got, idx)
+    assert torch.equal(got_y, want_y)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
 
 
 class ServingBlock(torch.nn.Module):
