@@ -4,7 +4,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 PYTHON ?= /usr/bin/python3
 
-.PHONY: setup configure build demo test test-clients test-vllm test-sanitize test-tsan test-timing bench bench-vllm fuzz \
+.PHONY: setup configure build demo test test-clients test-vllm test-sanitize test-tsan test-timing bench bench-vllm compare-peers fuzz \
         mutants install clean
 
 setup:
@@ -42,6 +42,16 @@ test-vllm: setup
 bench-vllm: test-vllm
 	@"$$(bash scripts/vllm-venv.sh)/bin/python" bench/compare_vllm.py --json build-clients/compare_vllm.json \
 	  --markdown build-clients/compare_vllm.md
+
+# cgdr against what users run today (bench/compare_peers.py): transformers' torch
+# fallback, fla's torch references, vLLM-CPU's kernel and cgdr, in one process of
+# the vLLM venv (which holds them all), interleaved, on PEERS_THREADS threads;
+# cgdr is this tree's build. Writes the README's table and figure.
+PEERS_THREADS ?= 2
+PEERS_ARGS ?=
+compare-peers: build
+	@"$$(bash scripts/vllm-venv.sh)/bin/python" bench/compare_peers.py --build-dir $(BUILD_DIR) --threads $(PEERS_THREADS) \
+	  --json bench/figures/peers.json --markdown bench/figures/peers.md --plot bench/figures/peers.png $(PEERS_ARGS)
 
 # Sanitizer builds: -O1 with line tables and assertions on (-O2/-O3 took 2.5x
 # longer to compile the kernels under ASan), and only the AVX-512 and scalar

@@ -101,6 +101,36 @@ def cpu_name():
     return "unknown CPU"
 
 
+def error_heads(hv, n):
+    """n value heads spread over 0 .. hv - 1 (first, last, ...): where the FP64 judge runs."""
+    return sorted({round(i * (hv - 1) / max(1, n - 1)) for i in range(n)})
+
+
+def fp64_errors(torch, ref, inputs, heads, results, floor=None):
+    """Normwise relative errors against the FP64 token-by-token recurrence
+    (q/k l2-normalised in the kernel) on the value heads `heads`.
+    inputs: (q, k, v, g, beta, s0) in transformers' layout, grouped heads;
+    results: {name: (out [B, T, HV, V], final state [B, HV, K, V])}.
+    Returns {name: (error of out, error of the final state)}; with floor a
+    name, also floor: the FP64 answer itself rounded to q's dtype (out) and
+    to FP32 (the state), the least error an implementation can show."""
+    q, k, v, g, beta, s0 = inputs
+    group = v.shape[2] // q.shape[2]
+    kh = [h // group for h in heads]
+    ro, rs = ref.recurrent_gated_delta_rule(q[:, :, kh], k[:, :, kh], v[:, :, heads], g[:, :, heads],
+                                            beta[:, :, heads], s0[:, heads], True, use_qk_l2norm_in_kernel=True,
+                                            dtype=torch.float64)
+
+    def err(x, r):
+        x = x.to(torch.float64)
+        return float((x - r).norm() / r.norm())
+
+    errs = {name: (err(o[:, :, heads], ro), err(s[:, heads], rs)) for name, (o, s) in results.items()}
+    if floor is not None:
+        errs[floor] = (err(ro.to(q.dtype), ro), err(rs.to(torch.float32), rs))
+    return errs
+
+
 def compare(torch, cgdr, ref, a, T, threads):
     """One row: both implementations on the same inputs of T tokens."""
     from cgdr.torch import torch_chunk_gated_delta_rule
@@ -117,20 +147,8 @@ def compare(torch, cgdr, ref, a, T, threads):
 
     t_cgdr = median_time(run_cgdr, a.repeats)
     t_torch = median_time(run_torch, a.repeats)
-
-    # FP64 token-by-token reference on a sample of value heads (first, last, ...).
-    group = a.hv // a.h
-    heads = sorted({round(i * (a.hv - 1) / max(1, a.error_heads - 1)) for i in range(a.error_heads)})
-    kh = [h // group for h in heads]
-    ro, rs = ref.recurrent_gated_delta_rule(q[:, :, kh], k[:, :, kh], v[:, :, heads], g[:, :, heads],
-                                            beta[:, :, heads], s0[:, heads], True, use_qk_l2norm_in_kernel=True,
-                                            dtype=torch.float64)
-
-    def err(x, r):
-        x = x.to(torch.float64)
-        return float((x - r).norm() / r.norm())
-
-    errs = {name: (err(o[:, :, heads], ro), err(s[:, heads], rs)) for name, (o, s) in results.items()}
+    heads = error_heads(a.hv, a.error_heads)
+    errs = fp64_errors(torch, ref, (q, k, v, g, beta, s0), heads, results)
     return dict(name="compare_torch", B=a.b, T=T, Nk=a.h, Nv=a.hv, Dk=a.dk, Dv=a.dv, dtype=a.dtype, threads=threads,
                 torch_version=torch.__version__, simd_target=cgdr.active_target(), cpu=cpu_name(),
                 date=datetime.date.today().isoformat(),

