@@ -513,8 +513,8 @@ def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, s
     pd = _t.float_dtype_name("state_pool", state_pool)
     pool, state_slot_stride = _t.writable_pool("state_pool", state_pool,
                                                _int_option("state_slot_stride", state_slot_stride, 63))
-    idx = _t.int32_vector("state_indices", state_indices)
-    dst = _t.int32_vector("dst_indices", dst_indices, ndim=2) if dst_indices is not None else None
+    idx = _t.int32_native("state_indices", state_indices)
+    dst = _t.int32_native("dst_indices", dst_indices, ndim=2) if dst_indices is not None else None
     if out is None:
         out = _t.empty(kind, tuple(value.shape), qd)
     else:
@@ -527,11 +527,20 @@ def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, s
     gc = _t.contiguous_input("g", g) if g is not None else None
     gate = _gate_inputs(a, A_log, dt_bias) or (None, None, None)
     _t.check_slot_extent("state_pool", pool, state_slot_stride)
-    _cgdr.decode_step(*(_t.native(n, x) for n, x in zip(("query", "key", "value", "beta"), ins)), _t.native("g", gc),
-                      _t.native("state_pool", pool), idx, _t.native("out", out), _scale(scale),
-                      bool(use_qk_l2norm_in_kernel), _layout(state_layout), _threads(threads), bool(check_values),
-                      a=_t.native("a", gate[0]), A_log=_t.native("A_log", gate[1]),
-                      dt_bias=_t.native("dt_bias", gate[2]), use_beta_sigmoid=bool(use_beta_sigmoid), dst_indices=dst,
-                      states=_t.native("states", states), state_slot_stride=int(state_slot_stride),
-                      qk_l2norm_eps=_eps(qk_l2norm_eps))
+    _decode(*ins, gc, pool, idx, out, gate, dst, states, scale=scale, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+            state_layout=state_layout, threads=threads, check_values=check_values, use_beta_sigmoid=use_beta_sigmoid,
+            state_slot_stride=state_slot_stride, qk_l2norm_eps=qk_l2norm_eps)
     return out if states is None else (out, states)
+
+
+def _decode(query, key, value, beta, g, pool, idx, out, gate, dst, states, *, scale, use_qk_l2norm_in_kernel,
+            state_layout, threads, check_values, use_beta_sigmoid, state_slot_stride, qk_l2norm_eps):
+    """The native decode call on checked tensors (contiguous, CPU, one kind)
+    or on native views already made (cgdr.vllm's, whose shapes drop vLLM's
+    leading 1); shapes and values are checked by the C++ validation."""
+    names = ("query", "key", "value", "beta", "g", "state_pool", "out", "a", "A_log", "dt_bias", "states")
+    views = [_t.native(n, x) for n, x in zip(names, (query, key, value, beta, g, pool, out, *gate, states))]
+    _cgdr.decode_step(*views[:6], idx, views[6], _scale(scale), bool(use_qk_l2norm_in_kernel), _layout(state_layout),
+                      _threads(threads), bool(check_values), a=views[7], A_log=views[8], dt_bias=views[9],
+                      use_beta_sigmoid=bool(use_beta_sigmoid), dst_indices=dst, states=views[10],
+                      state_slot_stride=int(state_slot_stride), qk_l2norm_eps=_eps(qk_l2norm_eps))

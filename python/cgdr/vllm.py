@@ -48,6 +48,7 @@ import torch
 import torch.nn.functional as F
 
 import cgdr
+from cgdr import _tensors as _t
 
 __all__ = ["chunk_gated_delta_rule_cpu", "fused_sigmoid_gating_delta_rule_update_cpu",
            "fused_sigmoid_gating_delta_rule_update_spec_cpu", "fused_gdn_gating_cpu", "Unsupported", "register",
@@ -143,14 +144,24 @@ def fused_sigmoid_gating_delta_rule_update_cpu(A_log, dt_bias, q, k, v, a, b, in
     for name, x in (("q", q), ("k", k), ("v", v)):
         _require(isinstance(x, torch.Tensor) and x.ndim == 4 and x.shape[0] == 1,
                  lambda: f"{name}: expected [1, N, H, D] (one token per row), got {list(getattr(x, 'shape', []))}")
+    # cgdr.recurrent_step's checks, made on vLLM's [1, N, ...] tensors as they
+    # are: a view or a copy per tensor costs more than the step at N = 1.
+    for name, x in (("a", a), ("b", b), ("A_log", A_log), ("dt_bias", dt_bias),
+                    ("initial_state_source", initial_state_source)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch tensor, got {type(x).__name__}")
     N, HV, V = v.shape[1], v.shape[2], v.shape[3]
+    ins = [_t.contiguous_input(n, x) for n, x in (("query", q), ("key", k), ("value", v))]
+    rows = [_t.native_as(n, x, tuple(x.shape[1:])) for n, x in zip(("query", "key", "value"), ins)]
+    pool, stride = _t.writable_pool("state_pool", initial_state_source, 0)
+    _t.check_slot_extent("state_pool", pool, stride)
+    idx = _t.int32_native("state_indices", _int32("initial_state_indices", initial_state_indices))
     o = torch.empty((N, 1, HV, V), dtype=q.dtype)
     with _vllm_name("initial_state_indices"):
-        cgdr.recurrent_step(q[0], k[0], v[0], b, initial_state_source,
-                            _int32("initial_state_indices", initial_state_indices),
-                            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_layout="kv", threads=_threads(),
-                            out=o[:, 0], a=a, A_log=A_log, dt_bias=dt_bias, use_beta_sigmoid=True,
-                            qk_l2norm_eps=_VLLM_EPS)
+        cgdr._decode(*rows, _t.contiguous_input("beta", b), None, pool, idx, _t.native_as("out", o, (N, HV, V)),
+                     cgdr._gate_inputs(a, A_log, dt_bias), None, None, scale=None,
+                     use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_layout="kv", threads=_threads(),
+                     check_values=False, use_beta_sigmoid=True, state_slot_stride=stride, qk_l2norm_eps=_VLLM_EPS)
     return o
 
 
