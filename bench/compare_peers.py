@@ -265,7 +265,8 @@ def main():
               f"Nk = {NK}, Nv = {NV}, Dk = Dv = {D}, bf16 inputs, q/k l2norm in the kernel; torch "
               f"{torch.__version__}, cgdr {cgdr.__version__} ({cgdr.active_target()}); "
               f"{datetime.date.today().isoformat()}; load average {load_before[0]:.2f} before, "
-              f"{load_after[0]:.2f} after (1 min)")
+              f"{load_after[0]:.2f} after (1 min)"
+              + ("; provisional: other processes shared the CPUs" if max(load_before[0], load_after[0]) > 0.5 else ""))
     notes = (f"`bench/compare_peers.py`: every implementation on the same inputs in one process, timed in turn "
              f"rep by rep (median); time / cgdr's: the row's median time over cgdr's (precision auto). Errors: "
              f"normwise relative, of `out` and of the final state, against the FP64 recurrence on value heads "

@@ -1,5 +1,5 @@
 // How the error of decode steps grows with their number when the state pool
-// is 16-bit (issue 19; README, "Decode with 16-bit state pools"; the note in
+// is 16-bit (issue 19; the note in
 // docs/decode-state-precision.md). Each step computes in FP32 and rounds the
 // updated state once into the pool, so rounding errors accumulate; this
 // measures the pool against the FP64 recurrence (reference/) after 1, 2, 5,

@@ -2,7 +2,7 @@
  * two packed sequences, then one decode step for each of them on a pool of
  * states, both checked against the FP64 recurrence (reference.h).
  *
- * Against an installed cgdr (README, "Use it from C / C++"; -lm for the FP64
+ * Against an installed cgdr (docs/library.md, "Install and link"; -lm for the FP64
  * reference's own exp and sqrt):
  *   cc c_consumer.c $(pkg-config --cflags --libs cgdr) -lm -o c_consumer         # libcgdr.so
  *   cc c_consumer.c $(pkg-config --cflags --libs cgdr-static) -lm -o c_consumer  # libcgdr.a */

@@ -2,7 +2,7 @@
 // a prefill of one 40-token sequence (grouped heads, explicit scale), then a
 // decode step on a pool of states, checked against the FP64 recurrence
 // (reference.h). CMakeLists.txt beside it builds it with
-// find_package(cgdr CONFIG REQUIRED) and cgdr::cgdr (README, "Use it from C / C++").
+// find_package(cgdr CONFIG REQUIRED) and cgdr::cgdr (docs/library.md, "Install and link").
 #include <cgdr/cgdr.h>  // cgdr_version(): the version of the library that runs
 #include <cgdr/cgdr.hpp>
 #include <cgdr/decode.hpp>

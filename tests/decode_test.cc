@@ -184,7 +184,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Issue 19: a 16-bit pool is rounded at every step, so its error against
 // the FP64 recurrence adds up over the steps (a random walk the delta rule's
-// own forgetting bounds; README, "Decode with 16-bit state pools"), while
+// own forgetting bounds; docs/decode-state-precision.md), while
 // an f32 pool, the remedy, stays at FP32 rounding. 1000 steps without decay
 // (the slowest forgetting): 16-bit errors end between 3x and 30x one
 // rounding (measured: 7x for these 32 x 32 heads, 13x for 128 x 128), f32

@@ -57,7 +57,7 @@ def transformers_fallback():
 
 @contextlib.contextmanager
 def with_cgdr():
-    """The layers compute with cgdr (the README's recipe)."""
+    """The layers compute with cgdr (docs/python.md's recipe)."""
     with cgdr.torch.patch_transformers(["qwen3_next"]) as patch:
         yield patch
 

@@ -47,7 +47,7 @@ const char* FileTypeName(mode_t mode) {
 
 constexpr int kMaxSymlinkHops = 40;  // as the kernel's own limit (ELOOP)
 
-// Where a file written to `path` goes (README, "Output paths"): `path`
+// Where a file written to `path` goes (docs/cli.md, "Output paths"): `path`
 // itself when it names nothing yet or a regular file; the file a symbolic
 // link points to (followed link by link, relative links from the link's own
 // folder), so the link stays and its target gets the result. A directory,

@@ -20,7 +20,7 @@ struct FileDescriptor {
 
 // Opens a regular file for reading and returns its size. Anything else (a
 // FIFO, device, socket, directory) is refused before it is opened, so nothing
-// can block on it or act on it (README, "Case files").
+// can block on it or act on it (docs/cli.md, "Reading case files").
 Status OpenForReading(const std::string& path, FileDescriptor* f, uint64_t* size);
 
 // read() until n bytes; an early end of file is an error.
@@ -28,7 +28,7 @@ Status ReadFull(const std::string& path, int fd, uint8_t* dst, uint64_t n);
 
 // Writes the pieces, in order, to a temporary file beside the target, syncs it
 // and renames it over the target. On any failure the temporary is removed, the
-// target is left as it was, and the error names the file. The target (README,
+// target is left as it was, and the error names the file. The target (docs/cli.md,
 // "Output paths"): `path` if it names nothing yet or a regular file; if it is
 // a symbolic link, the file it leads to (the link stays a link); a directory,
 // device, FIFO or socket is refused before anything is written.

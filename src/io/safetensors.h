@@ -21,7 +21,7 @@
 namespace cgdr {
 
 // Limits that keep a hostile header from costing more than it is worth
-// (README, "Case files"). Reading is one pass over the header, linear in its
+// (docs/cli.md, "Reading case files"). Reading is one pass over the header, linear in its
 // size with constant stack, whatever it holds; past a limit it stops with an
 // error naming the limit.
 constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;  // the JSON header, 100 MiB

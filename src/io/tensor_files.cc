@@ -24,7 +24,7 @@ using Json = nlohmann::json;
 
 constexpr char kNpyMetadataFile[] = "metadata.json";
 constexpr char kDTypesKey[] = "dtypes";
-// Limits of the JSON descriptions (a manifest, metadata.json), README "Case
+// Limits of the JSON descriptions (a manifest, metadata.json), docs/cli.md "Reading case
 // files": bytes, and containers nested (a manifest needs 4: the manifest >
 // "tensors" > an entry > its "shape"), checked before the JSON is parsed so
 // that no deep value reaches nlohmann's recursive dump() or copy.
