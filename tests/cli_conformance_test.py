@@ -79,7 +79,7 @@ class Case:
     """A synthetic case (SPEC 6 conditioning), its file, and its FP64 reference."""
 
     def __init__(self, tmp, dtype="f32", state_dtype="f32", g_dtype="f32", layout="vk", l2norm=False, scale=None,
-                 g=True, state=True, plant=None, metadata=None, extra=None, drop=()):
+                 g=True, state=True, plant=None, metadata=None, extra=None, drop=(), eps=None):
         x = packed_inputs(np.random.default_rng(5), sum(LENS), NK, NV, DK, DV, len(LENS), raw_qk=l2norm)
         if plant == "nan_value":
             x["v"][1, 1, 3] = np.nan
@@ -92,7 +92,7 @@ class Case:
         self.t = {n: make("numpy" if dtype != "bf16" else "torch", dtype, x[n]) for n in ("q", "k", "v", "beta")}
         self.t["g"] = make("torch", g_dtype, x["g"]) if g else None
         self.t["state"] = make("torch", state_dtype, s) if state else None
-        self.layout, self.l2norm, self.scale, self.dtype = layout, l2norm, scale, dtype
+        self.layout, self.l2norm, self.scale, self.dtype, self.eps = layout, l2norm, scale, dtype, eps
         self.state_dtype = state_dtype if state else dtype
         tensors = {"query": (dtype, x["q"].shape, raw(x["q"], dtype)), "key": (dtype, x["k"].shape, raw(x["k"], dtype)),
                    "value": (dtype, x["v"].shape, raw(x["v"], dtype)), "beta": (dtype, x["beta"].shape, raw(x["beta"], dtype)),
@@ -107,13 +107,16 @@ class Case:
         md = {"state_layout": layout, "use_qk_l2norm": "true" if l2norm else "false"}
         if scale is not None:
             md["scale"] = repr(scale)
+        if eps is not None:
+            md["qk_l2norm_eps"] = repr(eps)
         md.update(metadata or {})
         self.path = tmp / f"case{next(_CASES)}.safetensors"
         write_safetensors(self.path, tensors, {k: v for k, v in md.items() if v is not None})
 
     def reference(self):
         return gdr_fp64(self.t["q"], self.t["k"], self.t["v"], self.t["beta"], self.t["g"], self.t["state"], LENS,
-                        scale=self.scale, l2norm=self.l2norm, layout=self.layout)
+                        scale=self.scale, l2norm=self.l2norm, layout=self.layout,
+                        eps=1e-6 if self.eps is None else self.eps)
 
 
 def cgdr(*args):
@@ -207,6 +210,9 @@ CASE_ROWS = [
     ("state_layout", {"metadata": {"state_layout": "xy"}}, r"metadata 'state_layout' is \"xy\""),
     ("use_qk_l2norm", {"l2norm": True}, None),
     ("use_qk_l2norm", {"metadata": {"use_qk_l2norm": "yes"}}, r"metadata 'use_qk_l2norm' is \"yes\""),
+    ("qk_l2norm_eps", {"l2norm": True, "eps": 0.5}, None),  # far from 1e-6: the FP64 check fails unless it is read
+    ("qk_l2norm_eps", {"metadata": {"qk_l2norm_eps": "0"}}, r"qk_l2norm_eps: expected a finite number > 0, got 0"),
+    ("qk_l2norm_eps", {"metadata": {"qk_l2norm_eps": "tiny"}}, r"metadata 'qk_l2norm_eps' is \"tiny\""),
     ("format", {"metadata": {"format": "pt"}}, None),
     ("g", {"g": False}, None), ("initial_state", {"state": False}, None),
     # The gate in the kernel (docs/SPEC.md 6d; a gated case is run and checked by cli_test.sh's layouts_and_dtypes).

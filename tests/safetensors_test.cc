@@ -798,6 +798,23 @@ TEST(safetensors, CaseRejectsBadMetadata) {
   ExpectCaseRejected({{"use_qk_l2norm", "yes"}}, "metadata 'use_qk_l2norm' is \"yes\"");
   ExpectCaseRejected({{"use_qk_l2_norm", "true"}}, "unknown metadata key 'use_qk_l2_norm'");
   ExpectCaseRejected({{"use_beta_sigmoid", "1"}}, "metadata 'use_beta_sigmoid' is \"1\", expected \"true\" or \"false\"");
+  ExpectCaseRejected({{"qk_l2norm_eps", "1e-5f"}}, "metadata 'qk_l2norm_eps' is \"1e-5f\", expected a finite decimal");
+  ExpectCaseRejected({{"qk_l2norm_eps", "nan"}}, "metadata 'qk_l2norm_eps'");
+}
+
+// The eps of the q/k l2norm (vLLM's 1e-5) travels in a case; the default
+// writes no key (files of older versions stay the same).
+TEST(safetensors, CaseKeepsTheL2normEps) {
+  TempDir dir;
+  Case c = MakeCase(CaseSpec{});
+  EXPECT_EQ(CaseMetadata(c.options()).count("qk_l2norm_eps"), 0u);
+  Options opt = c.options();
+  opt.qk_l2norm_eps = 1e-5;
+  ASSERT_TRUE(SaveCase(dir / "c.safetensors", c.inputs(), opt).ok());
+  LoadedCase lc;
+  const Status s = LoadCase(dir / "c.safetensors", &lc);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(lc.options.qk_l2norm_eps, 1e-5);
 }
 
 // The gate in the kernel (docs/SPEC.md 6d) travels in a case: a, A_log,

@@ -38,15 +38,17 @@ std::string CaseTensorList() {
   return list;
 }
 
-// `scale` must be a plain finite decimal: a typo must not silently become 0.
-Status ParseScale(const std::string& path, const std::string& v, double* scale) {
+// `scale` and `qk_l2norm_eps` must be plain finite decimals: a typo must not
+// silently become 0. Their ranges are the options' checks (SPEC 3).
+Status ParseDecimal(const std::string& path, const std::string& key, const std::string& v, const char* meaning,
+                    double* out) {
   double x = 0.0;
   const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
   if (v.empty() || ec != std::errc() || end != v.data() + v.size() || !std::isfinite(x)) {
-    return Fail(
-        path, Cat("metadata 'scale' is \"", PrintableName(v), "\", expected a finite decimal number (0 = 1/sqrt(Dk))"));
+    return Fail(path, Cat("metadata '", key, "' is \"", PrintableName(v), "\", expected a finite decimal number (",
+                          meaning, ")"));
   }
-  *scale = x;
+  *out = x;
   return Status::Ok();
 }
 
@@ -74,8 +76,9 @@ Status ParseMetadata(const std::string& path, const std::map<std::string, std::s
                      bool* output_states) {
   for (const auto& [key, v] : md) {
     if (key == "scale") {
-      Status s = ParseScale(path, v, &opt->scale);
-      if (!s.ok()) return s;
+      CGDR_TRY(ParseDecimal(path, key, v, "0 = 1/sqrt(Dk)", &opt->scale));
+    } else if (key == "qk_l2norm_eps") {
+      CGDR_TRY(ParseDecimal(path, key, v, "> 0, the eps of the q/k l2norm", &opt->qk_l2norm_eps));
     } else if (key == "state_layout") {
       if (v != "vk" && v != "kv")
         return Fail(path, Cat("metadata 'state_layout' is \"", PrintableName(v), "\", expected \"vk\" or \"kv\""));
@@ -90,8 +93,8 @@ Status ParseMetadata(const std::string& path, const std::map<std::string, std::s
       CGDR_TRY(ParseBool(path, key, v, output_states));
     } else if (key != "format") {  // "format" is what safetensors' own Python helpers add
       return Fail(path, Cat("unknown metadata key '", PrintableName(key),
-                            "' (expected scale, state_layout, use_qk_l2norm, use_beta_sigmoid, checkpoint_every, "
-                            "output_states)"));
+                            "' (expected scale, state_layout, use_qk_l2norm, qk_l2norm_eps, use_beta_sigmoid, "
+                            "checkpoint_every, output_states)"));
     }
   }
   return Status::Ok();
@@ -247,11 +250,13 @@ std::map<std::string, std::string> CaseMetadata(const Options& opt) {
                                         {"use_qk_l2norm", opt.use_qk_l2norm ? "true" : "false"}};
   if (opt.use_beta_sigmoid) md["use_beta_sigmoid"] = "true";  // absent: false (files of older versions stay the same)
   if (opt.checkpoint_every > 0) md["checkpoint_every"] = std::to_string(opt.checkpoint_every);
-  if (std::isfinite(opt.scale) && opt.scale != 0.0) {
+  const auto exact = [](double x) {  // the shortest form that reads back exactly
     char buf[64];
-    const auto r = std::to_chars(buf, buf + sizeof buf, opt.scale);  // shortest form that reads back exactly
-    md["scale"] = std::string(buf, r.ptr);
-  }
+    const auto r = std::to_chars(buf, buf + sizeof buf, x);
+    return std::string(buf, r.ptr);
+  };
+  if (std::isfinite(opt.scale) && opt.scale != 0.0) md["scale"] = exact(opt.scale);
+  if (opt.qk_l2norm_eps != Options{}.qk_l2norm_eps) md["qk_l2norm_eps"] = exact(opt.qk_l2norm_eps);  // absent: 1e-6
   return md;
 }
 
