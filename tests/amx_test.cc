@@ -25,8 +25,8 @@
 
 #include "cgdr/cgdr.hpp"
 #include "cgdr/plan.hpp"
+#include "core/cpu_features.h"
 #include "core/dtype.h"
-#include "kernels/amx.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
 

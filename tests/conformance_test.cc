@@ -36,12 +36,12 @@
 #include "cgdr/decode.hpp"
 #include "cgdr/plan.hpp"
 #include "core/alloc.h"
+#include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/scan.h"
 #include "c_args.h"
 #include "core/synthetic.h"
 #include "core/threads.h"
-#include "kernels/amx.h"
 #include "reference/reference.h"
 #include "test_util.h"
 

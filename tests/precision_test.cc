@@ -22,6 +22,7 @@
 
 #include "cgdr/cgdr.hpp"
 #include "cgdr/plan.hpp"
+#include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "kernels/kernels.h"
 #include "test_util.h"

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "core/cpu_features.h"
 #include "kernels/kernels.h"
 
 namespace cgdr::testing {
@@ -38,7 +39,7 @@ Errors RunAndCompare(Case& c, const Options& opt) {
 }
 
 void ForEachTarget(const std::function<void(const std::string&)>& fn) {
-  const int64_t targets = CompiledTargets() & hwy::SupportedTargets();
+  const int64_t targets = UsableTargets();
   for (int64_t bits = targets; bits != 0; bits &= bits - 1) {
     const int64_t target = bits & -bits;
     hwy::SetSupportedTargetsForTest(target);

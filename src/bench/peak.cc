@@ -16,6 +16,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
+#include "core/cpu_features.h"
 #include "kernels/amx.h"
 
 HWY_BEFORE_NAMESPACE();

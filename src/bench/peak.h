@@ -20,7 +20,7 @@ FmaPeak MeasureFmaPeak(int threads, double seconds = 0.2);
 
 // AMX TDPBF16PS peak: a tile-resident loop (4 accumulators, operands held in
 // tiles) on `threads` threads at once, best of short trials, in bf16 GFLOP/s
-// (2 flops per multiply-add). 0 where AMX is not usable (kernels/amx.h).
+// (2 flops per multiply-add). 0 where AMX is not usable (core/cpu_features.h).
 struct AmxPeak {
   double gflops = 0.0;
   int threads = 0;

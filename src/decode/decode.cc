@@ -467,6 +467,7 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 
 #include "cgdr/decode.hpp"
+#include "core/cpu_features.h"
 #include "core/fpenv.h"
 #include "hwy/aligned_allocator.h"
 #include "core/threads.h"
@@ -612,7 +613,7 @@ void RunItem(const DecodeProblem& p, const DecodeInputs& in, const DecodeOutputs
 
 std::vector<int64_t> DecodeTargets() {
   std::vector<int64_t> targets;
-  for (int64_t t = HWY_TARGETS & hwy::SupportedTargets(); t != 0; t &= t - 1) targets.push_back(t & -t);
+  for (int64_t t = UsableTargets(); t != 0; t &= t - 1) targets.push_back(t & -t);
   return targets;
 }
 

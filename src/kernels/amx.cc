@@ -1,64 +1,7 @@
-// AMX detection, permission and per-thread tile configuration (amx.h).
+// Per-thread tile configuration and the peak loop (amx.h).
 #include "kernels/amx.h"
 
-#include <atomic>
-
-#if defined(__x86_64__)
-#include <cpuid.h>
-#if defined(__linux__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-#endif
-
 namespace cgdr {
-namespace {
-
-std::atomic<int> g_amx_mode{-1};
-
-#if defined(__x86_64__)
-uint64_t ReadXcr0() {
-  uint32_t lo = 0, hi = 0;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (static_cast<uint64_t>(hi) << 32) | lo;
-}
-
-AmxSupport Detect() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return {false, "no AMX (CPUID leaf 7 absent)"};
-  const bool tile = (d >> 24) & 1u, bf16 = (d >> 22) & 1u;
-  if (!tile || !bf16) return {false, "no AMX-TILE/AMX-BF16 (CPUID)"};
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1u)) return {false, "AMX present but no OSXSAVE"};
-  constexpr uint64_t kTileState = (1ull << 17) | (1ull << 18);  // XTILECFG, XTILEDATA
-  if ((ReadXcr0() & kTileState) != kTileState) return {false, "AMX present but tile state not enabled by the OS (XCR0)"};
-#if defined(__linux__)
-  // Since Linux 5.16 tile data is off until the process asks (the first tile
-  // instruction would raise SIGILL). The permission holds for every thread.
-  constexpr long kArchReqXcompPerm = 0x1023, kArchGetXcompPerm = 0x1022, kXfeatureXtiledata = 18;
-  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
-    return {false, "AMX present but the kernel refused tile data (arch_prctl ARCH_REQ_XCOMP_PERM)"};
-  }
-  unsigned long perm = 0;
-  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &perm) != 0 || !((perm >> kXfeatureXtiledata) & 1u)) {
-    return {false, "AMX present but tile data not permitted (arch_prctl ARCH_GET_XCOMP_PERM)"};
-  }
-#endif
-  return {true, "AMX-TILE and AMX-BF16 (CPUID), tile state enabled (XCR0), tile data permitted"};
-}
-#else
-AmxSupport Detect() { return {false, "no AMX (not x86-64)"}; }
-#endif
-
-}  // namespace
-
-const AmxSupport& AmxHardware() {
-  static const AmxSupport support = Detect();
-  return support;
-}
-
-bool AmxHardwareEnabled() { return g_amx_mode.load(std::memory_order_relaxed) != 0 && AmxHardware().usable; }
-
-void SetAmxHardwareForTest(int mode) { g_amx_mode.store(mode, std::memory_order_relaxed); }
 
 void ConfigureTilesOnThisThread() {
 #if defined(__x86_64__)

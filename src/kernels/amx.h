@@ -1,30 +1,12 @@
-// Intel AMX (the matrix engine of Sapphire Rapids and later Xeons): whether
-// this process may run tile instructions, and the one tile shape every
-// engine kernel uses. Machine facts, not per-target code: the planner asks
-// them (engine choice, docs/SPEC.md section 6c) and the driver configures
-// the tiles of each worker thread from them.
+// Intel AMX (the matrix engine of Sapphire Rapids and later Xeons): the one
+// tile shape every engine kernel uses, and the tiles of each worker thread.
+// Whether this process may run tile instructions at all is a fact about the
+// machine: AmxHardwareEnabled() in core/cpu_features.h.
 #pragma once
 
 #include <cstdint>
-#include <string>
 
 namespace cgdr {
-
-// Whether the hardware tiles are usable, and why (or why not), for the plan's
-// `why`: CPUID AMX-TILE and AMX-BF16, the OS enabling tile state in XCR0
-// (bits 17, 18), and on Linux the per-process permission for tile data
-// (arch_prctl ARCH_REQ_XCOMP_PERM), requested once, on first use.
-struct AmxSupport {
-  bool usable = false;
-  std::string why;
-};
-const AmxSupport& AmxHardware();
-
-// AmxHardware().usable, unless a test turned the hardware off.
-bool AmxHardwareEnabled();
-// Tests: -1 automatic (default), 0 hardware off (the plan falls back to the
-// vector path or the emulation), 1 automatic too.
-void SetAmxHardwareForTest(int mode);
 
 // Every tile the engine uses is 16 rows of 64 bytes (palette 1): C tiles of
 // 16 x 16 FP32, A tiles of 16 rows x 32 bf16, B tiles of 16 pairs x 16

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "core/cpu_features.h"
 #include "core/phase_timers.h"
 #include "hwy/highway.h"
 #include "kernels/amx.h"
@@ -22,6 +23,10 @@
 #include "kernels/kernels.h"
 #include "kernels/kside-inl.h"
 #include "plan/scratch_layout.h"
+
+// The planner sizes the scratch for this tile shape without the kernels' header.
+static_assert(cgdr::kAmxN == cgdr::kTileBytes / 4 && cgdr::kAmxK == cgdr::kTileK,
+              "scratch_layout.h's tile shape is amx.h's");
 
 HWY_BEFORE_NAMESPACE();
 namespace cgdr {

@@ -11,15 +11,11 @@
 #define HWY_TARGET_INCLUDE "kernels/gemm_bf16.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include "cgdr/cgdr.hpp"
+#include "core/cpu_features.h"
 #include "hwy/highway.h"
 #include "kernels/bf16-inl.h"
 #include "kernels/gemm-inl.h"
@@ -218,29 +214,6 @@ namespace cgdr {
 HWY_EXPORT(Bf16DotPairsImpl);
 HWY_EXPORT(Bf16SplitImpl);
 HWY_EXPORT(StoreRowImpl);
-
-namespace {
-std::atomic<int> g_bf16_hw_mode{-1};
-bool CpuHasAvx512Bf16() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool has = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
-    return (a & (1u << 5)) != 0;  // CPUID.(EAX=7,ECX=1):EAX[5] AVX512_BF16
-  }();
-  return has;
-#else
-  return false;
-#endif
-}
-}  // namespace
-
-bool Bf16HardwareEnabled() {
-  const int mode = g_bf16_hw_mode.load(std::memory_order_relaxed);
-  return mode != 0 && CpuHasAvx512Bf16();
-}
-
-void SetBf16HardwareForTest(int mode) { g_bf16_hw_mode.store(mode, std::memory_order_relaxed); }
 
 void Bf16DotPairs(const uint32_t* a, const uint32_t* b, float* acc, int64_t n, bool hw) {
   HWY_DYNAMIC_DISPATCH(Bf16DotPairsImpl)(a, b, acc, n, hw);

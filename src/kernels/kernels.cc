@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/alloc.h"
+#include "core/cpu_features.h"
 #include "core/fpenv.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
@@ -96,11 +97,6 @@ Status Execute(const Plan& plan, const Inputs& in, const Outputs& out) {
 }
 
 int64_t CompiledTargets() { return HWY_TARGETS; }
-
-std::string ActiveTarget() {
-  const int64_t usable = hwy::SupportedTargets() & HWY_TARGETS;
-  return usable ? hwy::TargetName(usable & -usable) : "none";
-}
 
 }  // namespace cgdr
 #endif  // HWY_ONCE

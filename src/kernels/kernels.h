@@ -16,11 +16,6 @@ Status Execute(const Plan& plan, const Inputs& in, const Outputs& out);
 // tests that force each one (hwy::SetSupportedTargetsForTest).
 int64_t CompiledTargets();
 
-// bf16 precision modes: whether the products run on vdpbf16ps (the CPU has
-// AVX512_BF16 and the AVX3 target runs) rather than its exact emulation.
-bool Bf16HardwareEnabled();
-// Tests: -1 automatic (default), 0 force the emulation, 1 hardware if present.
-void SetBf16HardwareForTest(int mode);
 // Tests: acc[i] = vdpbf16ps lane step(acc[i], a[i], b[i]) for n lanes (n a
 // multiple of 16) on the dispatched target; `hw` picks the instruction where
 // available, else the emulation.

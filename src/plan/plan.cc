@@ -12,8 +12,8 @@
 #include <tuple>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/threads.h"
-#include "kernels/amx.h"
 #include "plan/scratch_layout.h"
 
 namespace cgdr {
@@ -147,7 +147,7 @@ struct Candidate {
 };
 
 // The tile engine the options allow on this machine, or kVector: the
-// hardware where AMX is usable (amx.h) and the engine is auto or amx; the
+// hardware where AMX is usable (core/cpu_features.h) and the engine is auto or amx; the
 // emulation only when asked for by name.
 Engine TileEngine(const Options& o) {
   if (o.engine == Engine::kAmxEmulated) return Engine::kAmxEmulated;

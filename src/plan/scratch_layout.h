@@ -23,7 +23,8 @@ constexpr int64_t kMaxRowsPerStep = 128;  // the largest chunk (C = 128)
 constexpr int64_t kMaxPanelCols = 80;
 // Per-chunk vectors of c_pad floats in ScratchLayout::vec (kernels' ChunkVectors).
 constexpr int64_t kChunkVectors = 8;
-// AMX tiles (kernels/amx.h): C tiles of 16 x 16 FP32, k in steps of 32 bf16.
+// The AMX tile shape the scratch is sized for: C tiles of 16 x 16 FP32, k in
+// steps of 32 bf16 (the kernels' tiles, kernels/amx.h, are held to it in amx_chunk.cc).
 constexpr int64_t kAmxN = 16;
 constexpr int64_t kAmxK = 32;
 

@@ -21,14 +21,13 @@
 #include "bench/peak.h"
 #include "cgdr/cgdr.hpp"
 #include "cgdr/plan.hpp"
+#include "core/cpu_features.h"
 #include "core/phase_timers.h"
 #include "core/threads.h"
 #include "args.h"
 #include "commands.h"
 #include "core/synthetic.h"
 #include "io/file_util.h"
-#include "kernels/amx.h"
-#include "kernels/kernels.h"
 #include "reference/reference.h"
 
 namespace cgdr {
@@ -1050,21 +1049,8 @@ namespace {
 // Per-core working-set budget: half of this core's L2 (the rest is left to
 // the streamed inputs and outputs), 1 MiB if the OS does not say.
 int64_t CacheBudgetBytes() {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  for (int i = 0; i < 8; ++i) {
-    const fs::path dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i);
-    std::ifstream level(dir / "level"), type(dir / "type"), size(dir / "size");
-    int lv = 0;
-    std::string ty, sz;
-    if (!(level >> lv) || !(type >> ty) || !(size >> sz)) continue;
-    if (lv != 2 || ty == "Instruction") continue;
-    int64_t bytes = std::atoll(sz.c_str());
-    if (!sz.empty() && (sz.back() == 'K' || sz.back() == 'k')) bytes <<= 10;
-    if (!sz.empty() && sz.back() == 'M') bytes <<= 20;
-    if (bytes >= (256 << 10)) return bytes / 2;
-  }
-  return int64_t{1} << 20;
+  const int64_t l2 = L2CacheBytes();
+  return l2 >= (256 << 10) ? l2 / 2 : int64_t{1} << 20;
 }
 
 constexpr Algo kTuneAlgos[4] = {Algo::kRecurrent, Algo::kChunk16, Algo::kChunk32, Algo::kChunk64};

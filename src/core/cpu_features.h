@@ -1,0 +1,44 @@
+// What this CPU and its OS let the process run: the SIMD targets dispatch may
+// pick, AVX512_BF16, AMX, the L2 size. Facts about the machine, asked here
+// alone, so that the planner, the kernels, `cgdr bench` and the tests read
+// the same answers (and the tests can turn a feature off in one place).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace cgdr {
+
+// The Highway targets compiled into the library (HWY_TARGETS) that this CPU
+// runs, as Highway's bits (the lowest set bit is the one dispatch picks).
+// hwy::SetSupportedTargetsForTest narrows it. ActiveTarget() (cgdr.hpp)
+// names the one dispatch picks.
+int64_t UsableTargets();
+
+// bf16 precision modes: whether the products run on vdpbf16ps (the CPU has
+// AVX512_BF16 and the AVX3 target runs) rather than its exact emulation.
+bool Bf16HardwareEnabled();
+// Tests: -1 automatic (default), 0 force the emulation, 1 hardware if present.
+void SetBf16HardwareForTest(int mode);
+
+// Whether the AMX tiles are usable, and why (or why not), for the plan's
+// `why`: CPUID AMX-TILE and AMX-BF16, the OS enabling tile state in XCR0
+// (bits 17, 18), and on Linux the per-process permission for tile data
+// (arch_prctl ARCH_REQ_XCOMP_PERM), requested once, on first use.
+struct AmxSupport {
+  bool usable = false;
+  std::string why;
+};
+const AmxSupport& AmxHardware();
+
+// AmxHardware().usable, unless a test turned the hardware off.
+bool AmxHardwareEnabled();
+// Tests: -1 automatic (default), 0 hardware off (the plan falls back to the
+// vector path or the emulation), 1 automatic too.
+void SetAmxHardwareForTest(int mode);
+
+// The size of CPU 0's level-2 data (or unified) cache in bytes, as Linux's
+// sysfs gives it; 0 where it does not say.
+int64_t L2CacheBytes();
+
+}  // namespace cgdr
