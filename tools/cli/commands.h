@@ -1,5 +1,6 @@
 // The subcommands of `cgdr` (SPEC 7) and the pieces they share. Each *Main
-// takes the words after the subcommand and returns the exit status.
+// takes the words after the subcommand and returns the exit status;
+// command_table.cc names them, says what each does and dispatches.
 #pragma once
 
 #include <cstdint>
@@ -8,39 +9,53 @@
 
 #include "cgdr/cgdr.hpp"
 #include "cgdr/decode.hpp"
+#include "cgdr/plan.hpp"
 #include "core/synthetic.h"
 
-namespace cgdr {
-
-// tools/cli/bench.cc: `cgdr bench` (SPEC 8) and `cgdr tune`.
-int BenchMain(int argc, char** argv);
-int TuneMain(int argc, char** argv);
-
-namespace cli {
+namespace cgdr::cli {
 
 // Exit statuses: a failed check is not the same as input the tool refused.
 constexpr int kExitOk = 0;
 constexpr int kExitCheckFailed = 1;
 constexpr int kExitError = 2;
 
-// Prints "cgdr: error: MESSAGE" as exactly one line on stderr; returns kExitError.
-int ReportError(const Status& s);
-
-int RunMain(int argc, char** argv);       // main.cc
-int PlanMain(int argc, char** argv);      // main.cc
-int MakeCaseMain(int argc, char** argv);  // main.cc (hidden: test helper)
-int CheckMain(int argc, char** argv);     // main.cc (hidden: test helper)
-int FlagsMain(int argc, char** argv);     // main.cc (hidden: the flags of run and plan, for tests)
+int RunMain(int argc, char** argv);       // run.cc
+int PlanMain(int argc, char** argv);      // run.cc
+int FlagsMain(int argc, char** argv);     // run.cc (hidden: the flags of run and plan, for tests)
+int MakeCaseMain(int argc, char** argv);  // make_case.cc (hidden: test helper)
+int CheckMain(int argc, char** argv);     // check.cc (hidden: test helper)
 int DemoMain(int argc, char** argv);      // demo.cc
 int GoldenMain(int argc, char** argv);    // golden.cc
 int CompareMain(int argc, char** argv);   // golden.cc
+int BenchMain(int argc, char** argv);     // bench.cc: `cgdr bench` (SPEC 8)
+int TuneMain(int argc, char** argv);      // tune.cc: the planner's profile
+
+// ---- common.cc
+
+// Prints "cgdr: error: MESSAGE" as exactly one line on stderr; returns kExitError.
+int ReportError(const Status& s);
+// The message on one line, whatever it holds.
+std::string OneLine(std::string s);
+// "WHAT: message".
+std::string Prefixed(const std::string& what, const Status& s);
 
 class Args;
+// Prints `usage` and succeeds when --help was given; false otherwise.
+bool MaybeHelp(const Args& a, const char* usage);
+// --algo (auto, recurrent, chunk16, chunk32, chunk64), --precision, --engine; auto when absent.
+Status ParseAlgoFlag(const Args& a, Algo* algo);
+Status ParsePrecisionFlag(const Args& a, Precision* prec);
+Status ParseEngineFlag(const Args& a, Engine* engine);
 // A float dtype flag (f16, bf16, f32); `def` when absent.
 Status ParseFloatDType(const Args& a, const char* flag, DType def, DType* out);
 // The synthetic case flags of make-case (and golden --generate): --t/--lens, --nk, --nv, --dk, --dv, --dtype,
 // --state-dtype, --g-dtype, --layout, --no-g, --no-state, --l2norm, --scale, --seed; `defaults` when absent.
 Status ParseCaseSpec(const Args& a, const CaseSpec& defaults, CaseSpec* spec);
+// Defaults for ParseCaseSpec: one sequence of T tokens, Nk key and Nv value
+// heads of D x D, `dtype` for the tensors and the state, g f32, seed 1.
+CaseSpec CaseSpecDefaults(int32_t T, int64_t Nk, int64_t Nv, int64_t D, DType dtype);
+
+// ---- run.cc
 
 // `cgdr run` as a function: load the case, allocate outputs, Run, write the
 // result atomically. Nothing is written unless every step before succeeded.
@@ -62,6 +77,10 @@ struct RunReport {
   DecodeProblem decode_problem;
 };
 Status RunCaseFile(const RunRequest& req, RunReport* report);
+// "chunk64, bf16x3 on amx, 2 threads": the plan in a few words.
+std::string PlanSummary(const Plan& plan);
+
+// ---- check.cc
 
 // Accuracy of a result file against the FP64 reference of its case (SPEC 6).
 struct TensorAccuracy {
@@ -87,5 +106,4 @@ Status CheckResultFile(const std::string& case_path, const std::string& result_p
                        double cap, AccuracyReport* report);
 void PrintAccuracy(const AccuracyReport& r);
 
-}  // namespace cli
-}  // namespace cgdr
+}  // namespace cgdr::cli

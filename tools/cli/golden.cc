@@ -77,8 +77,6 @@ class Stopwatch {
   std::clock_t cpu_ = std::clock();
 };
 
-std::string Prefixed(const std::string& what, const Status& s) { return what + ": " + s.message(); }
-
 // ---- golden ----------------------------------------------------------------
 
 struct GoldenRequest {
@@ -96,19 +94,7 @@ struct GoldenRequest {
   int threads = 0;
 };
 
-CaseSpec GenerateDefaults() {
-  CaseSpec d;
-  d.lens = {1000};
-  d.Nk = 4;
-  d.Nv = 8;
-  d.Dk = 128;
-  d.Dv = 128;
-  d.dtype = DType::kBF16;
-  d.state_dtype = DType::kBF16;
-  d.g_dtype = DType::kF32;
-  d.seed = 1;
-  return d;
-}
+CaseSpec GenerateDefaults() { return CaseSpecDefaults(1000, 4, 8, 128, DType::kBF16); }
 
 Status ParseGolden(int argc, char** argv, GoldenRequest* r, bool* help) {
   Args a;
