@@ -44,6 +44,11 @@ expect_stdout_has() {
   grep -qF -- "$2" "$W/stdout" || fail "$1: stdout lacks '$2': $(cat "$W/stdout")"
 }
 
+# expect_stdout_line WHAT REGEX: a line of stdout matches the extended regex.
+expect_stdout_line() {
+  grep -qE -- "$2" "$W/stdout" || fail "$1: no line of stdout matches '$2': $(cat "$W/stdout")"
+}
+
 # No temporary files may survive a write, failed or not.
 expect_no_temporaries() {
   local left
@@ -602,12 +607,25 @@ EOF
   expect_no_temporaries "serving_bad_inputs"
 }
 
-# The demo at a short length: writes its files to --dir, times, checks, passes.
+# The demo at a short length: writes its files to --dir, times (the median
+# of 5 calls, against the FP32 peak measured in the run and the recurrent
+# form), checks against FP64, passes. No progress on stderr: not a terminal.
 section_demo() {
   expect_ok "demo" "$CGDR" demo --t 300 --dir "$W"
   for word in "case:" "run:" "GFLOP/s" "rel err" "demo: PASS"; do expect_stdout_has "demo" "$word"; done
+  expect_stdout_line "demo" '^time: +[0-9]+\.[0-9]+ ms, the median of 5 calls after a warm-up'
+  expect_stdout_line "demo" '^peak: +[0-9]+\.[0-9] GFLOP/s, this machine.s FP32 FMA peak on [0-9]+ threads?'
+  expect_stdout_line "demo" '^speed: +[0-9]+\.[0-9] GFLOP/s algorithmic .*: [0-9]+\.[0-9]% of FP32 peak$'
+  expect_stdout_line "demo" '^baseline: the recurrent form \(algo recurrent, C = 1\) .* runs [0-9]+\.[0-9]+x as fast$'
+  expect_stdout_line "demo" '^check vs FP64 '
+  expect_stdout_line "demo" '^  out +rel err .* ok$'
+  expect_stdout_line "demo" '^  final_state +rel err .* ok$'
   [ -s "$W/demo_case.safetensors" ] && [ -s "$W/demo_result.safetensors" ] || fail "demo: case or result file missing"
   expect_ok "check demo result" "$CGDR" check --input "$W/demo_case.safetensors" --result "$W/demo_result.safetensors" --heads 0,31
+  # The baseline itself: the ratio is the run against itself, and said so.
+  expect_ok "demo recurrent" "$CGDR" demo --t 64 --threads 1 --algo recurrent --dir "$W"
+  expect_stdout_line "demo recurrent" '^plan: +recurrent, .* 1 thread \(.cgdr plan .* --threads 1 --algo recurrent. says why\)$'
+  expect_stdout_has "demo recurrent" "(the run is the recurrent form itself)"
 }
 
 SECTIONS="usage run_and_check layouts_and_dtypes bad_inputs hostile plan profile demo golden golden_bad_inputs serving serving_bad_inputs"

@@ -36,8 +36,8 @@ constexpr Command kCommands[] = {
     {"tune", TuneMain, "  tune   Calibrate the planner's cost model; see 'cgdr tune --help'.\n"},
     {"demo", DemoMain,
      "  demo   [--t T] [--threads N] [--algo ...] [--dir DIR]\n"
-     "         A synthetic Qwen3-Next case (Nk=16 Nv=32 Dk=Dv=128 f16, T=2048): write it,\n"
-     "         run it as 'cgdr run' does, time it and check it against the FP64 reference.\n"},
+     "         A synthetic Qwen3-Next case (Nk=16 Nv=32 Dk=Dv=128 f16, T=2048): write it, run it as\n"
+     "         'cgdr run' does, time it against the FP32 peak and the recurrent form, check it vs FP64.\n"},
     {"golden", GoldenMain,
      "  golden --input CASE --out DIR | --generate [--dist ...] --out DIR\n"
      "         Golden and benchmark (the NPU's precision profile) results of a case in its own file\n"
