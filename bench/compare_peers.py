@@ -261,12 +261,13 @@ def main():
                  err_out=errs[key][0], err_state=errs[key][1])
             for (key, label, ver, _), t, n in zip(ok, times, reps)]
     floor = dict(out=errs["floor"][0], state=errs["floor"][1])
+    busy = load_before[0] > 0.5  # the load after counts this run's own threads
     header = (f"{cpu_description()}; {threads} threads for every implementation; one sequence of T = {a.t}, "
               f"Nk = {NK}, Nv = {NV}, Dk = Dv = {D}, bf16 inputs, q/k l2norm in the kernel; torch "
               f"{torch.__version__}, cgdr {cgdr.__version__} ({cgdr.active_target()}); "
-              f"{datetime.date.today().isoformat()}; load average {load_before[0]:.2f} before, "
-              f"{load_after[0]:.2f} after (1 min)"
-              + ("; provisional: other processes shared the CPUs" if max(load_before[0], load_after[0]) > 0.5 else ""))
+              f"{datetime.date.today().isoformat()}; load average {load_before[0]:.2f} before the run "
+              f"(1 min; {load_after[0]:.2f} after, this run's threads included)"
+              + ("; provisional: other processes shared the CPUs" if busy else ""))
     notes = (f"`bench/compare_peers.py`: every implementation on the same inputs in one process, timed in turn "
              f"rep by rep (median); time / cgdr's: the row's median time over cgdr's (precision auto). Errors: "
              f"normwise relative, of `out` and of the final state, against the FP64 recurrence on value heads "
@@ -280,8 +281,8 @@ def main():
                   rows=rows, floor=floor, not_run=missing, notes=notes)
     md = markdown(result)
     print(md)
-    if max(load_before[0], load_after[0]) > 0.5:
-        print(f"compare_peers: the load average was {max(load_before[0], load_after[0]):.2f}: other processes "
+    if busy:
+        print(f"compare_peers: the load average was {load_before[0]:.2f} before the run: other processes "
               f"shared the CPUs; run it again on a quiet machine for figures to publish", file=sys.stderr)
     if a.json:
         Path(a.json).write_text(json.dumps(result, indent=1) + "\n")

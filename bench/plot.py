@@ -202,10 +202,11 @@ def plot_peers(result, path):
     ax_e.set_xlabel("normwise relative error vs FP64 (lower is better)")
     ax_e.grid(True, axis="x", which="both", alpha=0.3)
     ax_e.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2)
-    load = max(result["load_before"][0], result["load_after"][0])
+    load = result["load_before"][0]  # before the run: the load after counts the run's own threads
     fig.suptitle(f"gated delta rule, T={result['T']}, Nk={result['Nk']} Nv={result['Nv']} Dk={result['Dk']} "
                  f"Dv={result['Dv']} {result['dtype']}, {result['threads']} threads, {result['date']}\n"
-                 f"{result['cpu']}; load average {load:.2f}{' (other processes ran: provisional)' if load > 0.5 else ''}",
+                 f"{result['cpu']}; load average before the run {load:.2f}"
+                 f"{' (other processes ran: provisional)' if load > 0.5 else ''}",
                  fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
