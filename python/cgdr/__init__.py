@@ -479,8 +479,8 @@ def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, s
     the three dtypes, or None; state_pool: [P, Nv, Dk, Dv] (state_layout "kv",
     the default) or [P, Nv, Dv, Dk] ("vk"), any of the three float dtypes
     (the math is FP32; a 16-bit pool is rounded once per step, so its error
-    grows with the number of steps: README, "Decode with 16-bit state
-    pools"), contiguous, updated in place; state_indices: N ints, row n uses
+    grows with the number of steps: docs/decode-state-precision.md),
+    contiguous, updated in place; state_indices: N ints, row n uses
     state_pool[state_indices[n]], a negative index skips row n (its output row
     is zeroed). Indices must be < P and distinct; this is checked before
     anything is written.
