@@ -70,12 +70,6 @@ __all__ = ["chunk_gated_delta_rule", "recurrent_step", "torch_chunk_gated_delta_
 
 # ----------------------------------------------------------------- the ops
 
-def _gate_kwargs(use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel):
-    """fla's gate keywords for cgdr.chunk_gated_delta_rule (docs/SPEC.md 6d)."""
-    return dict(use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
-                use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel)
-
-
 def _state_layout(state_v_first):
     """cgdr's state_layout of fla's state_v_first."""
     return "vk" if state_v_first else "kv"
@@ -84,6 +78,21 @@ def _state_layout(state_v_first):
 def _state_dims(q, v, state_v_first):
     K, HV, V = q.shape[3], v.shape[2], v.shape[3]
     return (HV, V, K) if state_v_first else (HV, K, V)
+
+
+def _prefill(q, k, v, g, beta, gate, **kwargs):
+    """cgdr.chunk_gated_delta_rule with `gate` = (use_gate_in_kernel, A_log,
+    dt_bias, use_beta_sigmoid_in_kernel), fla's gate keywords (docs/SPEC.md
+    6d): the body of every prefill op."""
+    use_gate, A_log, dt_bias, beta_sigmoid = gate
+    return _cgdr_api.chunk_gated_delta_rule(q, k, v, g, beta, **kwargs, use_gate_in_kernel=use_gate, A_log=A_log,
+                                            dt_bias=dt_bias, use_beta_sigmoid_in_kernel=beta_sigmoid)
+
+
+def _no_states(q, v, state_v_first):
+    """[0, HV, ...] float32: a state output the call has none of (new each
+    time: an op's outputs may not alias one another)."""
+    return q.new_empty((0,) + _state_dims(q, v, state_v_first), dtype=torch.float32)
 
 
 def _chunk_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: Optional[torch.Tensor], beta: torch.Tensor,
@@ -96,12 +105,11 @@ def _chunk_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: Optional[
     """fla's layout ([B, T, H, K] ...); always returns the final state and the
     checkpoint states ([0, HV, ...] without checkpoint_every): new tensors
     only, as a custom op's outputs may not alias its inputs."""
-    r = _cgdr_api.chunk_gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
-                                         output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-                                         state_v_first=state_v_first, cu_seqlens=cu_seqlens,
-                                         checkpoint_every=checkpoint_every, state_slot_stride=state_slot_stride,
-                                         **_gate_kwargs(use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel))
-    return r if len(r) == 3 else (*r, q.new_empty((0,) + _state_dims(q, v, state_v_first), dtype=torch.float32))
+    r = _prefill(q, k, v, g, beta, (use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel), scale=scale,
+                 initial_state=initial_state, output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                 state_v_first=state_v_first, cu_seqlens=cu_seqlens, checkpoint_every=checkpoint_every,
+                 state_slot_stride=state_slot_stride)
+    return r if len(r) == 3 else (*r, _no_states(q, v, state_v_first))
 
 
 def _checkpoint_rows(q, cu_seqlens, checkpoint_every):
@@ -137,13 +145,12 @@ def _chunk_pool_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: Opti
     """A prefill on a state pool (docs/SPEC.md 6d): initial_state [P, HV, ...]
     is read at slots initial_state_indices and, with output_final_state,
     written there in place. Returns (o, checkpoint_states)."""
-    r = _cgdr_api.chunk_gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
-                                         output_final_state=output_final_state,
-                                         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first,
-                                         cu_seqlens=cu_seqlens, initial_state_indices=initial_state_indices,
-                                         state_slot_stride=state_slot_stride, checkpoint_every=checkpoint_every,
-                                         **_gate_kwargs(use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel))
-    return r[0], (r[2] if len(r) == 3 else q.new_empty((0,) + _state_dims(q, v, state_v_first), dtype=torch.float32))
+    r = _prefill(q, k, v, g, beta, (use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel), scale=scale,
+                 initial_state=initial_state, output_final_state=output_final_state,
+                 use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first, cu_seqlens=cu_seqlens,
+                 initial_state_indices=initial_state_indices, state_slot_stride=state_slot_stride,
+                 checkpoint_every=checkpoint_every)
+    return r[0], (r[2] if len(r) == 3 else _no_states(q, v, state_v_first))
 
 
 def _chunk_pool_fake(q, k, v, g, beta, initial_state, initial_state_indices, scale=None, cu_seqlens=None,
@@ -209,16 +216,13 @@ def _chunk_out_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: Optio
     """_chunk_eager into the caller's out (and final_state): returns (the final
     state when it is wanted and no final_state buffer came, else [0, HV, ...];
     checkpoint_states)."""
-    r = _cgdr_api.chunk_gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
-                                         output_final_state=output_final_state,
-                                         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-                                         state_v_first=state_v_first, cu_seqlens=cu_seqlens,
-                                         checkpoint_every=checkpoint_every, state_slot_stride=state_slot_stride,
-                                         out=out, final_state=final_state,
-                                         **_gate_kwargs(use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel))
-    none = lambda: q.new_empty((0,) + _state_dims(q, v, state_v_first), dtype=torch.float32)  # one per return
-    new_final = r[1] if (output_final_state and final_state is None) else none()
-    return new_final, (r[2] if len(r) == 3 else none())
+    r = _prefill(q, k, v, g, beta, (use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel), scale=scale,
+                 initial_state=initial_state, output_final_state=output_final_state,
+                 use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first, cu_seqlens=cu_seqlens,
+                 checkpoint_every=checkpoint_every, state_slot_stride=state_slot_stride, out=out,
+                 final_state=final_state)
+    new_final = r[1] if (output_final_state and final_state is None) else _no_states(q, v, state_v_first)
+    return new_final, (r[2] if len(r) == 3 else _no_states(q, v, state_v_first))
 
 
 def _chunk_out_fake(q, k, v, g, beta, out, final_state, scale=None, initial_state=None, cu_seqlens=None,
@@ -239,14 +243,12 @@ def _chunk_pool_out_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: 
                           use_beta_sigmoid_in_kernel: bool = False, state_slot_stride: int = 0,
                           checkpoint_every: int = 0) -> torch.Tensor:
     """_chunk_pool_eager into the caller's out: returns checkpoint_states."""
-    r = _cgdr_api.chunk_gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
-                                         output_final_state=output_final_state,
-                                         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first,
-                                         cu_seqlens=cu_seqlens, initial_state_indices=initial_state_indices,
-                                         state_slot_stride=state_slot_stride, checkpoint_every=checkpoint_every,
-                                         out=out,
-                                         **_gate_kwargs(use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel))
-    return r[2] if len(r) == 3 else q.new_empty((0,) + _state_dims(q, v, state_v_first), dtype=torch.float32)
+    r = _prefill(q, k, v, g, beta, (use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel), scale=scale,
+                 initial_state=initial_state, output_final_state=output_final_state,
+                 use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first, cu_seqlens=cu_seqlens,
+                 initial_state_indices=initial_state_indices, state_slot_stride=state_slot_stride,
+                 checkpoint_every=checkpoint_every, out=out)
+    return r[2] if len(r) == 3 else _no_states(q, v, state_v_first)
 
 
 def _chunk_pool_out_fake(q, k, v, g, beta, initial_state, initial_state_indices, out, scale=None, cu_seqlens=None,
@@ -333,8 +335,7 @@ def _chunk_into(q, k, v, g, beta, scale, initial_state, output_final_state, use_
     if out is None:  # only final_state= came: o is new, as without buffers
         out = q.new_empty(tuple(q.shape[:2]) + tuple(v.shape[2:]))
     if initial_state_indices is not None:
-        if final_state is not None:
-            raise ValueError("final_state: not taken with a pool (the pool initial_state is written in place)")
+        _cgdr_api._no_final_buffer(final_state, output_final_state, pool=True)  # the pool op has no final_state
         ckpt = _ops["chunk_gated_delta_rule_pool_out"](q, k, v, g, beta, initial_state, initial_state_indices, out,
                                                        scale, cu_seqlens, use_qk_l2norm_in_kernel, state_v_first,
                                                        output_final_state, *gate, state_slot_stride, checkpoint_every)
