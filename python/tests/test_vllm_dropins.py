@@ -108,6 +108,37 @@ def test_refusals_write_nothing():
     assert torch.equal(before, storage)
 
 
+def test_decode_bad_input_writes_nothing():
+    """The decode drop-in's own checks (it skips recurrent_step's): a clear
+    error naming the tensor, and the pool as it was."""
+    N = 2
+    q, k, v, a, b = tokens(N, H, HV, D, seed=9, dtype=torch.float32)
+    A_log, dt_bias = gate_params(HV, seed=9)
+    storage = pool_storage(3, HV, D, seed=10)
+    before = storage.clone()
+    slots, cu = torch.tensor([2, 0], dtype=torch.int32), torch.arange(N + 1, dtype=torch.int32)
+
+    def step(**kw):
+        x = dict(A_log=A_log, dt_bias=dt_bias.float(), q=q[None], k=k[None], v=v[None], a=a, b=b,
+                 initial_state_source=storage[:, :HV], initial_state_indices=slots, cu_seqlens=cu,
+                 use_qk_l2norm_in_kernel=True)
+        x.update(kw)
+        return cv.fused_sigmoid_gating_delta_rule_update_cpu(**x)
+    with pytest.raises(TypeError, match=r"^a: expected a torch tensor, got list"):
+        step(a=a.tolist())
+    with pytest.raises(TypeError, match=r"^query: expected torch dtype float16, bfloat16 or float32"):
+        step(q=q[None].double())
+    with pytest.raises(ValueError, match=r"^initial_state_indices: "):
+        step(initial_state_indices=torch.tensor([2, 3], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"^state_pool: expected a contiguous pool"):
+        step(initial_state_source=storage[:, :HV].transpose(2, 3))
+    with pytest.raises(ValueError, match=r"^beta: "):
+        step(b=b[:, :1])
+    assert torch.equal(before, storage)
+    step()  # the same call with good inputs runs
+    assert not torch.equal(before, storage)
+
+
 # ---- the plugin, on a stand-in for vllm._custom_ops -----------------------------
 
 def stand_in(changed=None):
