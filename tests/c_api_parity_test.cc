@@ -6,6 +6,7 @@
 // setting here (src/api/c_api.cc stops compiling until it has a C setter).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -85,6 +86,9 @@ std::vector<Setting> Settings() {
          const cgdr_status s = cgdr_options_set_engine(o, CGDR_ENGINE_AMX);
          return s != CGDR_OK ? s : cgdr_options_set_precision(o, CGDR_PRECISION_AUTO);
        }},
+      // With this case's scalar g (no raw gate) both calls refuse the bound alike (KDA, docs/SPEC.md 10).
+      {"gate_lower_bound", [](Options* o) { o->gate_lower_bound = -3.0; },
+       [](cgdr_options* o) { return cgdr_options_set_gate_lower_bound(o, -3.0); }},
       {"combined",
        [](Options* o) {
          o->use_qk_l2norm = true;
@@ -337,6 +341,89 @@ TEST(CApiParity, ServingErrors) {
   }, false, false);
 }
 
+// KDA (docs/SPEC.md 10): a per-channel gate through both APIs, bit for bit:
+// g [T, Nv, Dk]; the raw gate a [T, Nv, Dk] with dt_bias [Nv * Dk], with and
+// without a lower bound, and bounded without A_log; prefill (token by token
+// and the plan's choice) and a decode step of one token per sequence, whose
+// gate is [N, Nv, Dk]. The bad settings fail alike.
+struct KdaVariant {
+  const char* name;
+  bool raw_gate;
+  double lower_bound;
+  bool drop_a_log;
+  bool ok;
+};
+
+void ExpectKdaParity(const KdaVariant& v, Algo algo) {
+  CaseSpec spec = Spec(40, StateLayout::kVK);
+  spec.per_channel_gate = true;
+  spec.raw_gate = v.raw_gate;
+  spec.gate_lower_bound = v.lower_bound;
+  Case cpp = MakeCase(spec), c = MakeCase(spec);
+  Options opt = cpp.options();
+  opt.algo = algo;
+  cgdr_options* handle = nullptr;
+  ASSERT_EQ(cgdr_options_create(&handle), CGDR_OK);
+  ASSERT_EQ(cgdr_options_set_chunk(handle, algo == Algo::kRecurrent ? 1 : 0), CGDR_OK);
+  ASSERT_EQ(cgdr_options_set_gate_lower_bound(handle, v.lower_bound), CGDR_OK);
+  Inputs cpp_in = cpp.inputs(), c_in = c.inputs();
+  if (v.drop_a_log) cpp_in.A_log = c_in.A_log = TensorView();
+  const Outcome cpp_prefill = Of(cgdr::Run(cpp_in, cpp.outputs(), opt));
+  const cgdr_prefill_args pa = ToCPrefill(c_in, c.outputs());
+  const cgdr_prefill_extra pe = ToCPrefillExtra(c_in, c.outputs());
+  const Outcome c_prefill = Of(cgdr_prefill_ex(&pa, &pe, handle));
+  EXPECT_EQ(c_prefill, cpp_prefill) << "C: " << c_prefill.message << "\nC++: " << cpp_prefill.message;
+  if (algo == Algo::kRecurrent) EXPECT_EQ(cpp_prefill.code == 0, v.ok) << cpp_prefill.message;
+  EXPECT_TRUE(SameBytes(c.out, cpp.out)) << "out";
+  EXPECT_TRUE(SameBytes(c.final_state, cpp.final_state)) << "final_state";
+
+  // One token per sequence (each sequence's first rows) from the final states, as DecodeCall.
+  DecodeCall cpp_step(cpp), c_step(c);
+  for (auto* d : {&cpp_step, &c_step}) {
+    Case& src = d == &cpp_step ? cpp : c;
+    const Inputs in = src.inputs();
+    const int64_t n = static_cast<int64_t>(d->rows.size());
+    const auto rows = [n](const TensorView& t) {
+      if (!t.present()) return t;
+      std::vector<int64_t> dims{n};
+      for (int i = 1; i < t.rank; ++i) dims.push_back(t.shape[i]);
+      return TensorView(t.data, t.dtype, dims);
+    };
+    d->in.g = rows(in.g);
+    d->in.a = rows(in.a);
+    d->in.A_log = v.drop_a_log ? TensorView() : in.A_log;
+    d->in.dt_bias = in.dt_bias;
+  }
+  const Outcome cpp_decode = Of(cgdr::DecodeStep(cpp_step.in, cpp_step.outs, opt));
+  const cgdr_decode_args da = c_step.ToCArgs();
+  const cgdr_decode_extra de = ToCDecodeExtra(c_step.in, c_step.outs);
+  const Outcome c_decode = Of(cgdr_decode_ex(&da, &de, handle));
+  EXPECT_EQ(c_decode, cpp_decode) << "C: " << c_decode.message << "\nC++: " << cpp_decode.message;
+  EXPECT_EQ(cpp_decode.code == 0, v.ok) << cpp_decode.message;
+  EXPECT_TRUE(SameBytes(c_step.out, cpp_step.out)) << "decode out";
+  EXPECT_TRUE(SameBytes(c_step.pool, cpp_step.pool)) << "decode pool";
+  cgdr_options_destroy(handle);
+}
+
+TEST(CApiParity, PerChannelGate) {
+  const KdaVariant variants[] = {
+      {"g [T, Nv, Dk]", false, 0.0, false, true},
+      {"a [T, Nv, Dk]", true, 0.0, false, true},
+      {"a, lower bound -5", true, -5.0, false, true},
+      {"a, lower bound -5, no A_log", true, -5.0, true, true},
+      {"a, no A_log, no bound", true, 0.0, true, false},
+      {"a, lower bound 1", true, 1.0, false, false},
+      {"a, lower bound NaN", true, std::nan(""), false, false},
+      {"g, lower bound -5", false, -5.0, false, false},
+  };
+  for (const KdaVariant& v : variants) {
+    for (Algo algo : {Algo::kRecurrent, Algo::kAuto}) {
+      SCOPED_TRACE(std::string(v.name) + (algo == Algo::kRecurrent ? ", C = 1" : ", auto"));
+      ExpectKdaParity(v, algo);
+    }
+  }
+}
+
 TEST(CApiSetters, RejectValuesOutsideTheirRange) {
   cgdr_options* handle = nullptr;
   ASSERT_EQ(cgdr_options_create(&handle), CGDR_OK);
@@ -362,6 +449,10 @@ TEST(CApiSetters, RejectValuesOutsideTheirRange) {
   EXPECT_EQ(cgdr_options_set_checkpoint_every(nullptr, 1), CGDR_INVALID_ARGUMENT);
   EXPECT_EQ(cgdr_options_set_state_slot_stride(nullptr, 0), CGDR_INVALID_ARGUMENT);
   EXPECT_EQ(cgdr_options_set_beta_sigmoid(nullptr, 1), CGDR_INVALID_ARGUMENT);
+  // KDA's bound (API version 6): any double here, its range checked by the call.
+  EXPECT_EQ(cgdr_options_set_gate_lower_bound(handle, 2.0), CGDR_OK);
+  EXPECT_EQ(cgdr_options_set_gate_lower_bound(nullptr, -1.0), CGDR_INVALID_ARGUMENT);
+  EXPECT_STREQ(cgdr_last_error(), "cgdr_options_set_gate_lower_bound: options handle is NULL");
   EXPECT_EQ(cgdr_prefill_ex(nullptr, nullptr, handle), CGDR_INVALID_ARGUMENT);
   EXPECT_EQ(cgdr_decode_ex(nullptr, nullptr, handle), CGDR_INVALID_ARGUMENT);
   cgdr_options_destroy(handle);

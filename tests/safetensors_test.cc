@@ -800,6 +800,9 @@ TEST(safetensors, CaseRejectsBadMetadata) {
   ExpectCaseRejected({{"use_beta_sigmoid", "1"}}, "metadata 'use_beta_sigmoid' is \"1\", expected \"true\" or \"false\"");
   ExpectCaseRejected({{"qk_l2norm_eps", "1e-5f"}}, "metadata 'qk_l2norm_eps' is \"1e-5f\", expected a finite decimal");
   ExpectCaseRejected({{"qk_l2norm_eps", "nan"}}, "metadata 'qk_l2norm_eps'");
+  ExpectCaseRejected({{"gate_lower_bound", "-5x"}}, "metadata 'gate_lower_bound' is \"-5x\", expected a finite decimal");
+  ExpectCaseRejected({{"gate_lower_bound", "nan"}}, "metadata 'gate_lower_bound'");
+  ExpectCaseRejected({{"gate_lower_bound", "-inf"}}, "metadata 'gate_lower_bound'");
 }
 
 // The eps of the q/k l2norm (vLLM's 1e-5) travels in a case; the default
@@ -842,6 +845,58 @@ TEST(safetensors, CaseKeepsTheRawGate) {
   }
   Case plain = MakeCase(CaseSpec{});  // without the gate: no use_beta_sigmoid key (older files stay the same)
   EXPECT_EQ(CaseMetadata(plain.options()).count("use_beta_sigmoid"), 0u);
+}
+
+// KDA (docs/SPEC.md 10) travels in a case: g or a of rank 3 [T, Nv, Dk],
+// dt_bias [Nv * Dk] and the metadata gate_lower_bound read back as written,
+// and the case validates as a per-channel gate (bounded: without A_log too).
+// No bound writes no key (files of older versions stay the same); a bound
+// the option's check refuses is read, for the call to refuse.
+TEST(safetensors, CaseKeepsThePerChannelGate) {
+  TempDir dir;
+  for (bool raw : {false, true}) {
+    SCOPED_TRACE(raw ? "raw gate a" : "g");
+    CaseSpec spec;
+    spec.Nv = 2;
+    spec.Dk = 8;
+    spec.per_channel_gate = true;
+    spec.raw_gate = raw;
+    spec.gate_lower_bound = raw ? -7.25 : 0.0;
+    Case c = MakeCase(spec);
+    Inputs want = c.inputs();
+    if (raw) want.A_log = TensorView();  // a bounded gate may omit it
+    EXPECT_EQ(CaseMetadata(c.options()).count("gate_lower_bound"), raw ? 1u : 0u);
+    ASSERT_TRUE(SaveCase(dir / "c.safetensors", want, c.options()).ok());
+    LoadedCase lc;
+    Status s = LoadCase(dir / "c.safetensors", &lc);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(lc.options.gate_lower_bound, spec.gate_lower_bound);
+    const std::vector<std::pair<TensorView, TensorView>> pairs{
+        {lc.inputs.g, want.g}, {lc.inputs.a, want.a}, {lc.inputs.dt_bias, want.dt_bias}};
+    for (const auto& [got, ref] : pairs) {
+      ASSERT_EQ(got.present(), ref.present());
+      if (!ref.present()) continue;
+      ASSERT_EQ(got.ShapeString(), ref.ShapeString());
+      EXPECT_EQ(std::memcmp(got.data, ref.data, static_cast<size_t>(ref.numel()) * DTypeSize(ref.dtype)), 0);
+    }
+    if (raw) EXPECT_FALSE(lc.inputs.A_log.present());
+    EXPECT_EQ((raw ? lc.inputs.a : lc.inputs.g).ShapeString(), "[" + std::to_string(c.T) + ", 2, 8]");
+    if (raw) EXPECT_EQ(lc.inputs.dt_bias.ShapeString(), "[16]");
+    Problem p;
+    s = ValidateInputs(lc.inputs, lc.options, &p);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_TRUE(p.per_channel_gate);
+  }
+  Case c = MakeCase(CaseSpec{});
+  Options opt = c.options();
+  opt.gate_lower_bound = 0.5;  // out of range, but a finite decimal: the call refuses it
+  ASSERT_TRUE(SaveCase(dir / "c.safetensors", c.inputs(), opt).ok());
+  LoadedCase lc;
+  ASSERT_TRUE(LoadCase(dir / "c.safetensors", &lc).ok());
+  EXPECT_EQ(lc.options.gate_lower_bound, 0.5);
+  Problem p;
+  const Status s = ValidateInputs(lc.inputs, lc.options, &p);
+  EXPECT_NE(s.message().find("options.gate_lower_bound"), std::string::npos) << s.message();
 }
 
 TEST(safetensors, CaseRejectsMissingAndUnknownTensors) {

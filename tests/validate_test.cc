@@ -39,9 +39,20 @@ CaseSpec Small() {
   return s;
 }
 
+// KDA (docs/SPEC.md 10): Small() with a per-channel gate, g [T, Nv, Dk] or
+// (raw) a [T, Nv, Dk] with dt_bias [Nv * Dk].
+CaseSpec SmallKda(bool raw_gate, double lower_bound = 0.0) {
+  CaseSpec s = Small();
+  s.per_channel_gate = true;
+  s.raw_gate = raw_gate;
+  s.gate_lower_bound = lower_bound;
+  return s;
+}
+
 // Runs with a mutation applied and expects an error mentioning every needle.
-void ExpectRejected(const std::function<void(Fixture&)>& mutate, std::initializer_list<const char*> needles) {
-  Fixture f(Small());
+void ExpectRejected(const std::function<void(Fixture&)>& mutate, std::initializer_list<const char*> needles,
+                    const CaseSpec& spec = Small()) {
+  Fixture f(spec);
   mutate(f);
   const Status s = cgdr::Run(f.in, f.out, f.opt);
   ASSERT_FALSE(s.ok()) << "accepted bad input; expected an error with '" << *needles.begin() << "'";
@@ -139,6 +150,57 @@ TEST(Validate, CheckValuesFindsTheFirstBadElement) {
   Fixture f(Small());
   reinterpret_cast<float*>(f.c.g.data())[6] = 0.5f;
   EXPECT_TRUE(cgdr::Run(f.in, f.out, f.opt).ok());
+}
+
+TEST(Validate, PerChannelGatePasses) {
+  for (const CaseSpec& spec : {SmallKda(false), SmallKda(true), SmallKda(true, -5.0)}) {
+    Fixture f(spec);
+    f.opt.algo = Algo::kRecurrent;  // C = 1: the per-channel form every build has
+    const Status s = cgdr::Run(f.in, f.out, f.opt);
+    EXPECT_TRUE(s.ok()) << s.message();
+  }
+  Fixture f(SmallKda(true, -5.0));  // a bounded gate may omit A_log
+  f.in.A_log = TensorView();
+  f.opt.algo = Algo::kRecurrent;
+  const Status s = cgdr::Run(f.in, f.out, f.opt);
+  EXPECT_TRUE(s.ok()) << s.message();
+}
+
+TEST(Validate, PerChannelGateShapes) {
+  // g [T, Nv, Dk + 1]: the per-channel shape named, the actual one given.
+  ExpectRejected([](Fixture& f) { f.in.g.shape[2] = 9; }, {"g", "[8, 4, 8]", "[8, 4, 9]"}, SmallKda(false));
+  ExpectRejected([](Fixture& f) { f.in.g.shape[1] = 3; }, {"g", "[8, 4, 8]", "[8, 3, 8]"}, SmallKda(false));
+  ExpectRejected([](Fixture& f) { f.in.g.rank = 4; f.in.g.shape[3] = 1; }, {"g", "rank"}, SmallKda(false));
+  ExpectRejected([](Fixture& f) { f.in.a.shape[2] = 9; }, {"a", "[8, 4, 8]", "[8, 4, 9]"}, SmallKda(true));
+  // A per-channel a with dt_bias [Nv] (the scalar gate's): [Nv * Dk] expected.
+  ExpectRejected([](Fixture& f) { f.in.dt_bias.shape[0] = 4; }, {"dt_bias", "Nv * Dk", "[32]", "[4]"}, SmallKda(true));
+  // A scalar a with the per-channel dt_bias [Nv * Dk].
+  ExpectRejected([](Fixture& f) {
+    f.in.a.rank = 2;
+  }, {"dt_bias", "[4]", "[32]"}, SmallKda(true));
+  // A_log stays [Nv] with a per-channel a.
+  ExpectRejected([](Fixture& f) { f.in.A_log.shape[0] = 32; }, {"A_log", "[Nv]", "[4]", "[32]"}, SmallKda(true));
+}
+
+TEST(Validate, GateLowerBound) {
+  ExpectRejected([](Fixture& f) { f.opt.gate_lower_bound = 0.5; }, {"options.gate_lower_bound", "< 0", "0.5"},
+                 SmallKda(true));
+  ExpectRejected([](Fixture& f) { f.opt.gate_lower_bound = std::nan(""); }, {"options.gate_lower_bound", "nan"},
+                 SmallKda(true));
+  ExpectRejected([](Fixture& f) { f.opt.gate_lower_bound = -std::numeric_limits<double>::infinity(); },
+                 {"options.gate_lower_bound", "finite"}, SmallKda(true));
+  // A bound without the raw gate it applies to (g given, scalar or per channel).
+  ExpectRejected([](Fixture& f) { f.opt.gate_lower_bound = -5.0; }, {"options.gate_lower_bound", "raw gate"});
+  ExpectRejected([](Fixture& f) { f.opt.gate_lower_bound = -5.0; }, {"options.gate_lower_bound", "raw gate"},
+                 SmallKda(false));
+  // A_log missing is an error only without a bound.
+  ExpectRejected([](Fixture& f) { f.in.A_log = TensorView(); }, {"A_log", "missing", "gate_lower_bound"},
+                 SmallKda(true));
+  ExpectRejected([](Fixture& f) { f.in.A_log = TensorView(); }, {"A_log", "missing"}, [] {
+    CaseSpec s = Small();
+    s.raw_gate = true;
+    return s;
+  }());
 }
 
 TEST(Validate, InPlaceStateUpdateIsAllowed) {

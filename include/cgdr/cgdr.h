@@ -33,7 +33,12 @@
  *              a token axis with per-token states), and the options
  *              checkpoint_every, state_slot_stride, beta_sigmoid.
  *   5 (0.1.0): cgdr_options_set_qk_l2norm_eps (vLLM-CPU's ops normalise
- *              q and k with eps 1e-5, fla and transformers with 1e-6). */
+ *              q and k with eps 1e-5, fla and transformers with 1e-6).
+ *   6 (0.1.0): KDA (Kimi Delta Attention, docs/SPEC.md 10): a per-channel
+ *              gate, g or a of rank 3 [T,Nv,Dk] (decode: [N,Nv,Dk] or
+ *              [N,K,Nv,Dk]) with dt_bias [Nv*Dk]; no new struct field, the
+ *              rank of the tensor says it. cgdr_options_set_gate_lower_bound
+ *              (fla's KDA gate with a lower bound). */
 #ifndef CGDR_CGDR_H_
 #define CGDR_CGDR_H_
 
@@ -46,7 +51,7 @@
 extern "C" {
 #endif
 
-#define CGDR_API_VERSION 5
+#define CGDR_API_VERSION 6
 
 typedef enum cgdr_status {
   CGDR_OK = 0,
@@ -100,14 +105,16 @@ typedef struct cgdr_tensor {
 
 /* Prefill (SPEC 2): query/key [T,Nk,Dk], value [T,Nv,Dv], beta [T,Nv],
  * g [T,Nv] (optional), initial_state [B,Nv,Dv,Dk] or kv (optional),
- * seq_lens [B] int32; out [T,Nv,Dv], final_state (optional). */
+ * seq_lens [B] int32; out [T,Nv,Dv], final_state (optional).
+ * KDA (docs/SPEC.md 10, API version 6): g [T,Nv,Dk] (rank 3) is one
+ * log-decay per key channel, S = (I - beta k k^T) Diag(exp(g_t)) S + beta k v^T. */
 typedef struct cgdr_prefill_args {
   cgdr_tensor query, key, value, beta, g, initial_state, seq_lens;
   cgdr_tensor out, final_state;
 } cgdr_prefill_args;
 
 /* Decode (SPEC 6b): query/key [N,Nk,Dk], value [N,Nv,Dv], beta [N,Nv],
- * g [N,Nv] (optional), state_pool [P,Nv,Dv,Dk] or kv (updated in place),
+ * g [N,Nv] (optional; KDA's per-channel g: [N,Nv,Dk]), state_pool [P,Nv,Dv,Dk] or kv (updated in place),
  * state_indices [N] int32 (negative: skip the row, its out row is zeroed);
  * out [N,Nv,Dv]. */
 typedef struct cgdr_decode_args {
@@ -118,7 +125,11 @@ typedef struct cgdr_decode_args {
 /* The serving tensors of a prefill (docs/SPEC.md 6d); zero-initialise and set
  * the ones you use (data == NULL: absent).
  *   a [T,Nv], A_log [Nv], dt_bias [Nv] (optional): g = -exp(A_log) *
- *     softplus(a + dt_bias) in the kernel, instead of args->g.
+ *     softplus(a + dt_bias) in the kernel, instead of args->g. KDA (API
+ *     version 6): a [T,Nv,Dk] (rank 3) gives a per-channel g, with dt_bias
+ *     [Nv*Dk] (A_log stays [Nv]); with cgdr_options_set_gate_lower_bound the
+ *     gate is lower_bound * sigmoid(exp(A_log) * (a + dt_bias)) and A_log
+ *     may be absent (then sigmoid(a + dt_bias)).
  *   state_indices [B] int32: args->initial_state / final_state are pools
  *     [P,Nv,...]; sequence b reads and writes slot state_indices[b]
  *     (negative: zeros in, no final state), in place when they are the same
@@ -141,7 +152,8 @@ typedef struct cgdr_prefill_extra {
  *   states [N*K,Nv,...] (the pool's dtype): or into row n*K+j of this dense
  *     output; with neither, the state after the last token into slot
  *     state_indices[n]. Bitwise equal to K single steps.
- *   a, A_log, dt_bias: the gate, as for prefill. */
+ *   a, A_log, dt_bias: the gate, as for prefill (KDA: a [N,Nv,Dk] or
+ *     [N,K,Nv,Dk], dt_bias [Nv*Dk]). */
 typedef struct cgdr_decode_extra {
   cgdr_tensor a, A_log, dt_bias;
   cgdr_tensor dst_indices;
@@ -180,6 +192,12 @@ CGDR_EXPORT cgdr_status cgdr_options_set_beta_sigmoid(cgdr_options* opt, int ena
 /* The eps of qk_l2norm: rows are divided by sqrt(sum x^2 + eps); 1e-6
  * (default) or any finite eps > 0 (checked by the call). */
 CGDR_EXPORT cgdr_status cgdr_options_set_qk_l2norm_eps(cgdr_options* opt, double eps);
+/* The gate in the kernel with a lower bound (API version 6; fla's KDA gate,
+ * docs/SPEC.md 10): 0 (default) none, g = -exp(A_log) * softplus(a +
+ * dt_bias); else a finite bound < 0 (checked by the call, which also needs
+ * the raw gate a) and g = bound * sigmoid(exp(A_log) * (a + dt_bias)), so
+ * bound < g < 0. Prefill and decode alike. */
+CGDR_EXPORT cgdr_status cgdr_options_set_gate_lower_bound(cgdr_options* opt, double lower_bound);
 
 /* Runs the prefill operator over the packed sequences of `args`. */
 CGDR_EXPORT cgdr_status cgdr_prefill(const cgdr_prefill_args* args, const cgdr_options* opt);

@@ -23,7 +23,8 @@ namespace {
 // in tests/c_api_parity_test.cc, and its name here.
 [[maybe_unused]] void EveryOptionHasACSetter(const cgdr::Options& o) {
   [[maybe_unused]] const auto& [scale, use_qk_l2norm, state_layout, algo, threads, check_values, v_step, dk_bucket,
-                                precision, engine, checkpoint_every, state_slot_stride, use_beta_sigmoid, qk_l2norm_eps] = o;
+                                precision, engine, checkpoint_every, state_slot_stride, use_beta_sigmoid, qk_l2norm_eps,
+                                gate_lower_bound] = o;
 }
 
 thread_local std::string g_last_error;
@@ -252,6 +253,12 @@ cgdr_status cgdr_options_set_beta_sigmoid(cgdr_options* opt, int enable) {
 cgdr_status cgdr_options_set_qk_l2norm_eps(cgdr_options* opt, double eps) {
   if (!opt) return NullHandle("cgdr_options_set_qk_l2norm_eps");
   opt->options.qk_l2norm_eps = eps;  // > 0 and finite: checked by the call, as the C++ API checks it
+  return CGDR_OK;
+}
+
+cgdr_status cgdr_options_set_gate_lower_bound(cgdr_options* opt, double lower_bound) {
+  if (!opt) return NullHandle("cgdr_options_set_gate_lower_bound");
+  opt->options.gate_lower_bound = lower_bound;  // 0 or finite < 0, with the raw gate: checked by the call
   return CGDR_OK;
 }
 

@@ -38,7 +38,7 @@ std::string CaseTensorList() {
   return list;
 }
 
-// `scale` and `qk_l2norm_eps` must be plain finite decimals: a typo must not
+// `scale`, `qk_l2norm_eps` and `gate_lower_bound` must be plain finite decimals: a typo must not
 // silently become 0. Their ranges are the options' checks (SPEC 3).
 Status ParseDecimal(const std::string& path, const std::string& key, const std::string& v, const char* meaning,
                     double* out) {
@@ -79,6 +79,8 @@ Status ParseMetadata(const std::string& path, const std::map<std::string, std::s
       CGDR_TRY(ParseDecimal(path, key, v, "0 = 1/sqrt(Dk)", &opt->scale));
     } else if (key == "qk_l2norm_eps") {
       CGDR_TRY(ParseDecimal(path, key, v, "> 0, the eps of the q/k l2norm", &opt->qk_l2norm_eps));
+    } else if (key == "gate_lower_bound") {
+      CGDR_TRY(ParseDecimal(path, key, v, "0 = none, else < 0: the lower bound of KDA's gate", &opt->gate_lower_bound));
     } else if (key == "state_layout") {
       if (v != "vk" && v != "kv")
         return Fail(path, Cat("metadata 'state_layout' is \"", PrintableName(v), "\", expected \"vk\" or \"kv\""));
@@ -94,7 +96,7 @@ Status ParseMetadata(const std::string& path, const std::map<std::string, std::s
     } else if (key != "format") {  // "format" is what safetensors' own Python helpers add
       return Fail(path, Cat("unknown metadata key '", PrintableName(key),
                             "' (expected scale, state_layout, use_qk_l2norm, qk_l2norm_eps, use_beta_sigmoid, "
-                            "checkpoint_every, output_states)"));
+                            "gate_lower_bound, checkpoint_every, output_states)"));
     }
   }
   return Status::Ok();
@@ -257,6 +259,9 @@ std::map<std::string, std::string> CaseMetadata(const Options& opt) {
   };
   if (std::isfinite(opt.scale) && opt.scale != 0.0) md["scale"] = exact(opt.scale);
   if (opt.qk_l2norm_eps != Options{}.qk_l2norm_eps) md["qk_l2norm_eps"] = exact(opt.qk_l2norm_eps);  // absent: 1e-6
+  // Absent: 0, no bound (files without KDA's bounded gate stay the same). A
+  // NaN is written as "nan", which reading refuses, as the option's check would.
+  if (opt.gate_lower_bound != 0.0) md["gate_lower_bound"] = exact(opt.gate_lower_bound);
   return md;
 }
 

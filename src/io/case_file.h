@@ -1,7 +1,10 @@
 // Case and result files (SPEC 7): one safetensors file per case, tensors named
 // as in SPEC 2 (and the serving tensors of SPEC 6d: the raw gate a, A_log,
 // dt_bias; state_indices, dst_indices), metadata `scale`, `state_layout`,
-// `use_qk_l2norm`, `use_beta_sigmoid`, `checkpoint_every`, `output_states`.
+// `use_qk_l2norm`, `qk_l2norm_eps`, `use_beta_sigmoid`, `gate_lower_bound`,
+// `checkpoint_every`, `output_states`. KDA's per-channel gate (docs/SPEC.md
+// 10) is g or a of rank 3 [T, Nv, Dk] (decode [N, (K,) Nv, Dk]), dt_bias
+// [Nv * Dk]: the shapes say it, Validate reads them.
 // A case without seq_lens but with state_indices is a decode case (SPEC 6b,
 // 6d.2): its initial_state is the state pool. The *Files variants take any of
 // the NPU's file kinds (io/tensor_files.h: a safetensors file, a directory of
@@ -35,7 +38,7 @@ struct DecodeCase {
 struct LoadedCase {
   SafetensorsFile file;
   Inputs inputs;    // absent g / initial_state stay null views
-  Options options;  // scale, state_layout, use_qk_l2norm, use_beta_sigmoid, checkpoint_every from the metadata
+  Options options;  // scale, state_layout, use_qk_l2norm(_eps), use_beta_sigmoid, gate_lower_bound, checkpoint_every
   DecodeCase decode;  // present: a decode case (inputs.seq_lens absent)
 };
 

@@ -2,7 +2,9 @@
 // the serving tensors (a state pool, checkpoints, decode cases) on request,
 // or one deliberately broken in a named way.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,9 +23,13 @@ const char kMakeCaseUsage[] =
     "usage: cgdr make-case --out FILE [--t T | --lens 3,0,5] [--nk 2] [--nv 4] [--dk 16] [--dv 16]\n"
     "                      [--dtype f32] [--state-dtype DT] [--g-dtype f32] [--layout vk|kv]\n"
     "                      [--no-g] [--no-state] [--l2norm] [--raw-gate] [--beta-sigmoid] [--scale X]\n"
+    "                      [--per-channel-gate] [--gate-lower-bound X] [--no-a-log]\n"
     "                      [--slots 2,-1,0 [--pool P]] [--checkpoint-every E]\n"
     "                      [--decode [--tokens K] [--dst 3,4,...] [--output-states]] [--seed N] [--break KIND]\n"
     "  --raw-gate: a, A_log, dt_bias instead of g; --beta-sigmoid: beta holds raw logits (SPEC 6d).\n"
+    "  --per-channel-gate: KDA (SPEC 10): g (or a) [T, Nv, Dk], dt_bias [Nv * Dk]; --gate-lower-bound X:\n"
+    "  metadata gate_lower_bound (written as given; with --raw-gate: g = X sigmoid(exp(A_log) (a + dt_bias)));\n"
+    "  --no-a-log: the raw gate without A_log (only a bounded gate may omit it).\n"
     "  --slots: state_indices, initial_state a pool of P slots (default: the largest slot + 2);\n"
     "  --checkpoint-every: metadata checkpoint_every (written as given); --decode: a decode case of\n"
     "  one sequence per slot, K tokens each with --tokens K (a token axis), dst_indices --dst (N x K).\n"
@@ -96,6 +102,22 @@ Status ParseServingSpec(const Args& a, ServingSpec* s) {
   return Status::Ok();
 }
 
+// KDA (docs/SPEC.md 10): the per-channel gate and the gate's lower bound
+// (any finite number: a bad one is for 'cgdr run' to refuse).
+Status ParseKdaSpec(const Args& a, CaseSpec* spec) {
+  spec->per_channel_gate = a.Has("--per-channel-gate");
+  if (a.Has("--gate-lower-bound")) {
+    const std::string s = a.Get("--gate-lower-bound");
+    char* end = nullptr;
+    spec->gate_lower_bound = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0' || !std::isfinite(spec->gate_lower_bound)) {
+      return Status::Invalid("--gate-lower-bound: expected a finite number (0: none, else < 0), got '" + s + "'");
+    }
+  }
+  if (a.Has("--no-a-log") && !spec->raw_gate) return Status::Invalid("--no-a-log: only with --raw-gate");
+  return Status::Ok();
+}
+
 // [N * K, ...] -> [N, K, ...]: the token axis of a decode case.
 void SplitTokenAxis(SafetensorsWriteTensor* t, int64_t K) {
   std::vector<int64_t> shape{t->shape[0] / K, K};
@@ -108,14 +130,15 @@ Status MakeCaseFile(int argc, char** argv, bool* help) {
   CGDR_CLI_TRY(a.Parse("make-case", argc, argv,
                        {"--out", "--t", "--lens", "--nk", "--nv", "--dk", "--dv", "--dtype", "--state-dtype",
                         "--g-dtype", "--layout", "--scale", "--seed", "--break", "--slots", "--pool",
-                        "--checkpoint-every", "--tokens", "--dst"},
+                        "--checkpoint-every", "--tokens", "--dst", "--gate-lower-bound"},
                        {"--no-g", "--no-state", "--l2norm", "--raw-gate", "--beta-sigmoid", "--decode",
-                        "--output-states"}));
+                        "--output-states", "--per-channel-gate", "--no-a-log"}));
   if ((*help = MaybeHelp(a, kMakeCaseUsage))) return Status::Ok();
   std::string path;
   CGDR_CLI_TRY(a.Require("--out", &path));
   CaseSpec spec;
   CGDR_CLI_TRY(ParseCaseSpec(a, MakeCaseDefaults(), &spec));
+  CGDR_CLI_TRY(ParseKdaSpec(a, &spec));
   ServingSpec serving;
   CGDR_CLI_TRY(ParseServingSpec(a, &serving));
   const int64_t K = std::max<int64_t>(serving.tokens, 1);
@@ -153,6 +176,9 @@ Status MakeCaseFile(int argc, char** argv, bool* help) {
                                 t.name == "g" || t.name == "a";
       if (token_tensor && serving.tokens > 0) SplitTokenAxis(&t, K);
     }
+  }
+  if (a.Has("--no-a-log")) {
+    if (auto it = find("A_log"); it != tensors.end()) tensors.erase(it);
   }
   if (serving.every != 0) md["checkpoint_every"] = std::to_string(serving.every);
   if (serving.output_states) md["output_states"] = "true";
