@@ -25,11 +25,11 @@ import warnings
 from . import _cgdr
 from . import _tensors as _t
 from ._golden import compare, golden
-from ._options import _choice, _eps, _scale, _threads
+from ._options import _choice, _eps, _lower_bound, _scale, _threads
 
 __version__ = "0.1.0"
-__all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_tnd", "recurrent_step", "active_target", "golden",
-           "compare"]
+__all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_tnd", "recurrent_step", "chunk_kda", "fused_recurrent_kda",
+           "active_target", "golden", "compare"]
 
 _ALGOS = ("auto", "recurrent", "chunk16", "chunk32", "chunk64", "chunk128")
 
@@ -74,9 +74,10 @@ def _int_option(name, value, bits=31):
 def _prefill(q, k, v, beta, g, initial_state, seq_lens, out, final_state, scale, l2norm, layout, threads,
              algo, check_values, precision="auto", engine="auto", v_step=0, dk_bucket=0, gate=None, beta_sigmoid=False,
              state_indices=None, state_slot_stride=0, checkpoint_states=None, checkpoint_every=0,
-             qk_l2norm_eps=1e-6):
+             qk_l2norm_eps=1e-6, gate_lower_bound=0.0):
     """The one call into the native prefill; every tensor is already prepared.
-    gate: None or (a, A_log, dt_bias), the gate in the kernel (docs/SPEC.md 6d)."""
+    gate: None or (a, A_log, dt_bias), the gate in the kernel (docs/SPEC.md 6d);
+    gate_lower_bound: the native option (0: none), already checked."""
     a, a_log, dt_bias = gate if gate is not None else (None, None, None)
     for name, x in (("initial_state", initial_state), ("final_state", final_state)):
         _t.check_slot_extent(name, x, state_slot_stride)
@@ -88,17 +89,20 @@ def _prefill(q, k, v, beta, g, initial_state, seq_lens, out, final_state, scale,
                   dt_bias=_t.native("dt_bias", dt_bias), use_beta_sigmoid=bool(beta_sigmoid), state_indices=state_indices,
                   state_slot_stride=int(state_slot_stride),
                   checkpoint_states=_t.native("checkpoint_states", checkpoint_states),
-                  checkpoint_every=int(checkpoint_every), qk_l2norm_eps=_eps(qk_l2norm_eps))
+                  checkpoint_every=int(checkpoint_every), qk_l2norm_eps=_eps(qk_l2norm_eps),
+                  gate_lower_bound=float(gate_lower_bound))
 
 
-def _gate_inputs(a, A_log, dt_bias):
-    """(a, A_log, dt_bias) ready for the native call, or None without a raw gate."""
+def _gate_inputs(a, A_log, dt_bias, bounded=False):
+    """(a, A_log, dt_bias) ready for the native call, or None without a raw gate.
+    bounded: a gate lower bound is given (KDA's bounded gate), which may go without A_log."""
     if a is None:
         if A_log is not None or dt_bias is not None:
             raise ValueError("A_log: given without the raw gate a (pass a, or g without A_log/dt_bias)")
         return None
-    if A_log is None:
-        raise ValueError("A_log: required with the raw gate a (g = -exp(A_log) * softplus(a + dt_bias))")
+    if A_log is None and not bounded:
+        raise ValueError("A_log: required with the raw gate a (g = -exp(A_log) * softplus(a + dt_bias); only "
+                         "a bounded gate, lower_bound * sigmoid(a + dt_bias), may omit it)")
     return tuple(None if x is None else _t.contiguous_input(n, x) for n, x in (("a", a), ("A_log", A_log),
                                                                                  ("dt_bias", dt_bias)))
 
@@ -172,9 +176,12 @@ def _fla_layout(state_v_first, state_layout, extra):
     return state_layout
 
 
-def _check_fla_options(extra, allow_neg_eigval, cp_context):
+def _check_fla_options(extra, allow_neg_eigval, cp_context, fn="chunk_gated_delta_rule", chunk_sizes=(16, 32, 64),
+                       ignored=_FLA_IGNORED):
     """Accepts fla's arguments at their defaults (and the tuning ones it
-    ignores); rejects, naming the argument, those cgdr cannot honour."""
+    ignores); rejects, naming the argument, those cgdr cannot honour.
+    fn, chunk_sizes, ignored: the fla function's name, the chunk sizes it
+    takes and its **kwargs cgdr ignores (chunk_kda's differ)."""
     given = {"allow_neg_eigval": allow_neg_eigval, "cp_context": cp_context}
     for name, value in given.items():
         if value not in (None, False):
@@ -182,11 +189,12 @@ def _check_fla_options(extra, allow_neg_eigval, cp_context):
     if "head_first" in extra:
         raise ValueError("head_first: removed from fla and not supported; inputs must be [B, T, H, ...]")
     chunk_size = extra.get("chunk_size", 64)
-    if chunk_size not in (16, 32, 64):
-        raise ValueError(f"chunk_size: expected 16, 32 or 64 as fla (cgdr's plan picks its own), got {chunk_size!r}")
-    unknown = sorted(set(extra) - set(_FLA_IGNORED))
+    if chunk_sizes and chunk_size not in chunk_sizes:
+        sizes = ", ".join(str(c) for c in chunk_sizes[:-1]) + f" or {chunk_sizes[-1]}"
+        raise ValueError(f"chunk_size: expected {sizes} as fla (cgdr's plan picks its own), got {chunk_size!r}")
+    unknown = sorted(set(extra) - set(ignored))
     if unknown:
-        raise TypeError(f"chunk_gated_delta_rule() got an unexpected keyword argument {unknown[0]!r}")
+        raise TypeError(f"{fn}() got an unexpected keyword argument {unknown[0]!r}")
 
 
 def _same_offsets(cu_seqlens, cu_seqlens_cpu):
@@ -253,7 +261,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                            cp_context=None, *, state_layout=None, threads=None, algo="auto", check_values=False,
                            precision="auto", engine="auto", v_step=0, dk_bucket=0, initial_state_indices=None,
                            state_slot_stride=0, checkpoint_every=0, qk_l2norm_eps=1e-6, out=None, final_state=None,
-                           **fla_kwargs):
+                           lower_bound=None, **fla_kwargs):
     """flash-linear-attention's chunk_gated_delta_rule on the CPU.
 
     The arguments up to cp_context are fla's (0.6), in fla's order, with its
@@ -267,7 +275,11 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     with A_log [HV] and dt_bias [HV] (optional) keywords: g holds the raw
     gate a and the kernel uses -exp(A_log) * softplus(a + dt_bias) (A_log and
     dt_bias are ignored without it); use_beta_sigmoid_in_kernel=True: beta
-    holds the raw b and the kernel uses sigmoid(b).
+    holds the raw b and the kernel uses sigmoid(b). lower_bound (keyword-only,
+    fla's KDA name; ignored without use_gate_in_kernel): the bounded gate
+    lower_bound * sigmoid(exp(A_log) * (a + dt_bias)), A_log then optional.
+    g [B, T, HV, K] (a and dt_bias [HV * K] with the gate in the kernel) is
+    KDA's per-channel gate: the call is then chunk_kda's.
 
     q, k: [B, T, H, K]; v: [B, T, HV, V] (HV a multiple of H, grouped heads);
     beta: [B, T, HV]; g: [B, T, HV] log decays (<= 0), or None for no decay.
@@ -330,16 +342,41 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     layout = _fla_layout(state_v_first, state_layout, fla_kwargs)
     use_gate, A_log, dt_bias = (fla_kwargs.pop(n, d) for n, d in zip(_FLA_GATE, (False, None, None)))
     _check_fla_options(fla_kwargs, allow_neg_eigval, cp_context)
+    return _fla_prefill(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+                        layout, cu_seqlens, cu_seqlens_cpu, (use_gate, A_log, dt_bias, use_beta_sigmoid_in_kernel),
+                        lower_bound=lower_bound, threads=threads, algo=algo, check_values=check_values, precision=precision, engine=engine,
+                        v_step=v_step, dk_bucket=dk_bucket, initial_state_indices=initial_state_indices,
+                        state_slot_stride=state_slot_stride, checkpoint_every=checkpoint_every,
+                        qk_l2norm_eps=qk_l2norm_eps, out=out, final_state=final_state)
+
+
+def _fla_prefill(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, layout,
+                 cu_seqlens, cu_seqlens_cpu, gate, *, kda=False, lower_bound=None, beta_scale=1, threads=None,
+                 algo="auto", check_values=False, precision="auto", engine="auto", v_step=0, dk_bucket=0,
+                 initial_state_indices=None, state_slot_stride=0, checkpoint_every=0, qk_l2norm_eps=1e-6, out=None,
+                 final_state=None):
+    """The body of the fla entries (chunk_gated_delta_rule, chunk_kda,
+    fused_recurrent_kda), on fla's [B, T, H, ...] tensors: checks, the packed
+    views, the buffers and the native call. gate: (use_gate_in_kernel, A_log,
+    dt_bias, use_beta_sigmoid_in_kernel). kda: g must be [B, T, HV, K] (KDA's
+    per-channel gate; without it g may be [B, T, HV] or [B, T, HV, K]).
+    lower_bound: fla's bound of the gate in the kernel (None: the softplus
+    gate). beta_scale 2: beta = 2 * sigmoid(b) (fla's allow_neg_eigval with
+    use_beta_sigmoid_in_kernel), computed here."""
+    use_gate, A_log, dt_bias, use_beta_sigmoid_in_kernel = gate
+    bound = _lower_bound("lower_bound", lower_bound) if use_gate else 0.0  # fla reads it only with the gate
     if use_gate and g is None:
         raise ValueError("g: use_gate_in_kernel=True needs the raw gate in g, got None")
+    if kda and g is None:
+        raise ValueError("g: expected the per-channel gate [B, T, HV, K] (KDA's decay, log space), got None")
     _same_offsets(cu_seqlens, cu_seqlens_cpu)
     kind = _t.common_kind(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state)
     _t.check_rank("q", q, 4, "[B, T, H, K]")
     _t.check_rank("k", k, 4, "[B, T, H, K]")
     _t.check_rank("v", v, 4, "[B, T, HV, V]")
     _t.check_rank("beta", beta, 3, "[B, T, HV]")
-    if g is not None:
-        _t.check_rank("g", g, 3, "[B, T, HV]")
+    if g is not None and (kda or g.ndim != 3):
+        _t.check_rank("g", g, 4, "[B, T, HV, K]" if kda else "[B, T, HV] or [B, T, HV, K] (a per-channel gate)")
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     if B < 1:
@@ -351,9 +388,16 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         raise ValueError(f"k: expected the shape of q, [B, T, H, K] = {list(q.shape)}, got {list(k.shape)}")
     if H >= 1 and HV % H != 0:
         raise ValueError(f"v: expected HV (its heads) to be a multiple of H = {H} (the heads of q), got HV = {HV}")
-    for name, x in (("beta", beta), ("g", g)):
-        if x is not None and tuple(x.shape) != (B, T, HV):
-            raise ValueError(f"{name}: expected shape [B, T, HV] = {[B, T, HV]}, got {list(x.shape)}")
+    if tuple(beta.shape) != (B, T, HV):
+        raise ValueError(f"beta: expected shape [B, T, HV] = {[B, T, HV]}, got {list(beta.shape)}")
+    if g is not None:
+        per_channel = g.ndim == 4
+        want, dims = ((B, T, HV, K), "[B, T, HV, K]") if per_channel else ((B, T, HV), "[B, T, HV]")
+        if tuple(g.shape) != want:
+            raise ValueError(f"g: expected shape {dims} = {list(want)}, got {list(g.shape)}")
+        if per_channel and use_gate and getattr(dt_bias, "shape", None) is not None \
+                and tuple(dt_bias.shape) == (HV, K):
+            dt_bias = dt_bias.reshape(HV * K)  # fla reads it flat: [HV * K] (or [HV, K], its view)
     if cu_seqlens is not None:
         if B != 1:
             raise ValueError(f"cu_seqlens: expected B = 1 when cu_seqlens is given (sequences packed along T), got B = {B}")
@@ -382,21 +426,174 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     checkpoints = _checkpoint_buffer(kind, checkpoint_every, seq_lens, state_dims)
 
     qc, kc, vc, bc = (_t.contiguous_input(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("beta", beta)))
+    if beta_scale != 1:  # 2 * sigmoid(b), in FP32, stored in beta's dtype (the kernel takes beta as given)
+        bc = _t.scaled_sigmoid(bc, beta_scale)
+        use_beta_sigmoid_in_kernel = False
     gc = _t.contiguous_input("g", g) if g is not None else None
     o = _t.output("out", out, kind, (B, T, HV, V), qd)
 
     def packed(x):  # [B, T, ...] -> [B*T, ...]: a view of a contiguous tensor; its own trailing dims
         return None if x is None else x.reshape((B * T,) + tuple(x.shape[2:]))
 
-    gate = _gate_inputs(packed(gc), A_log, dt_bias) if use_gate else None
+    gate = _gate_inputs(packed(gc), A_log, dt_bias, bounded=bound != 0.0) if use_gate else None
     with _fla_names():
         _prefill(packed(qc), packed(kc), packed(vc), packed(bc), None if use_gate else packed(gc), init_arg, seq_lens,
                  packed(o), final, _scale(scale), use_qk_l2norm_in_kernel, layout, _threads(threads), _algo(algo),
                  check_values, _precision(precision), _engine(engine), v_step, dk_bucket, gate=gate,
                  beta_sigmoid=use_beta_sigmoid_in_kernel, state_indices=slots,
                  state_slot_stride=state_slot_stride,
-                 checkpoint_states=checkpoints, checkpoint_every=checkpoint_every, qk_l2norm_eps=qk_l2norm_eps)
+                 checkpoint_states=checkpoints, checkpoint_every=checkpoint_every, qk_l2norm_eps=qk_l2norm_eps,
+                 gate_lower_bound=bound)
     return (o, final) if checkpoints is None else (o, final, checkpoints)
+
+
+# chunk_kda's **kwargs (fla.ops.kda, 0.6) cgdr ignores: a kernel tuning choice.
+_KDA_IGNORED = ("chunk_size",)
+
+
+def _kda_options(fn, use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound, cp_context,
+                 kwargs, chunk_sizes, ignored):
+    """fla's KDA checks, in fla's order where they matter, and the beta scale:
+    allow_neg_eigval needs use_beta_sigmoid_in_kernel (beta = 2 sigmoid(b));
+    lower_bound is read only with the gate in the kernel, as fla."""
+    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
+        raise ValueError("allow_neg_eigval: True requires use_beta_sigmoid_in_kernel=True (as fla: beta = "
+                         "2 * sigmoid(b)); pass beta in [0, 2) yourself otherwise")
+    _check_fla_options(kwargs, False, cp_context, fn=fn, chunk_sizes=chunk_sizes, ignored=ignored)
+    if use_gate_in_kernel:
+        _lower_bound("lower_bound", lower_bound)
+    return 2 if allow_neg_eigval else 1
+
+
+def _kda_chunk_checks(safe_gate, use_gate_in_kernel, lower_bound, return_intermediate_states, cp_context):
+    """chunk_kda's own checks: safe_gate as fla (with the gate in the kernel it
+    needs lower_bound in [-5, 0)), and the features cgdr has not."""
+    if safe_gate and use_gate_in_kernel:
+        if lower_bound is None:
+            raise ValueError("lower_bound: required with safe_gate=True and use_gate_in_kernel=True (as fla)")
+        if not -5 <= _lower_bound("lower_bound", lower_bound) < 0:
+            raise ValueError(f"lower_bound: expected the safe range [-5, 0) with safe_gate=True (as fla), "
+                             f"got {lower_bound!r}")
+    if return_intermediate_states:
+        raise ValueError("return_intermediate_states: not supported by cgdr (fla's per-chunk states for vLLM); "
+                         "checkpoint_every=E returns the state after every E tokens instead, got True")
+    if cp_context is not None:
+        raise ValueError(f"cp_context: not supported by cgdr ({_FLA_UNSUPPORTED['cp_context']}), got {cp_context!r}")
+
+
+def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+              use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+              allow_neg_eigval=False, safe_gate=False, lower_bound=None, disable_recompute=False,
+              return_intermediate_states=False, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
+              cp_context=None, use_graph=False, max_num_seqs=None, *, A_log=None, dt_bias=None, state_layout=None,
+              threads=None, algo="auto", check_values=False, precision="auto", engine="auto", v_step=0, dk_bucket=0,
+              initial_state_indices=None, state_slot_stride=0, checkpoint_every=0, qk_l2norm_eps=1e-6, out=None,
+              final_state=None, **fla_kwargs):
+    """flash-linear-attention's chunk_kda (Kimi Delta Attention) on the CPU.
+
+    KDA is the gated delta rule with one decay per key channel: for each
+    token, S = (I - beta k k^T) Diag(exp(g)) S + beta k v^T, o = scale S^T q,
+    g [B, T, HV, K] in log space (docs/SPEC.md 10). The arguments up to
+    max_num_seqs are fla's (0.6), in its order, with its defaults; A_log and
+    dt_bias (fla reads them from **kwargs) are keywords here.
+
+    q, k: [B, T, H, K]; v: [B, T, HV, V] (HV a multiple of H); beta: [B, T,
+    HV]; g: [B, T, HV, K]. Layouts, dtypes, cu_seqlens / cu_seqlens_cpu,
+    initial_state ([N, HV, K, V], or [N, HV, V, K] with state_v_first),
+    scale, use_qk_l2norm_in_kernel and the return value (o, final_state): as
+    chunk_gated_delta_rule. fla asserts a float32 initial_state; cgdr takes
+    any of the three float dtypes.
+
+    The gate in the kernel, as fla: use_gate_in_kernel=True means g holds
+    the raw gate a and the kernel uses g = -exp(A_log) * softplus(a + dt_bias)
+    with A_log [HV] and dt_bias [HV * K] (optional; [HV, K] is read flat);
+    with lower_bound (< 0) the bounded gate
+    g = lower_bound * sigmoid(exp(A_log) * (a + dt_bias)), where A_log may be
+    None (g = lower_bound * sigmoid(a + dt_bias)). lower_bound, A_log and
+    dt_bias are ignored without use_gate_in_kernel. safe_gate (fla's Tensor
+    Core path for bounded gates) changes nothing in cgdr's numbers; it is
+    checked as fla checks it: with use_gate_in_kernel it needs lower_bound in
+    [-5, 0). use_beta_sigmoid_in_kernel: beta holds the raw b, the kernel
+    uses sigmoid(b); allow_neg_eigval (only with it, as fla): 2 * sigmoid(b),
+    computed in FP32 before the call and stored in beta's dtype.
+
+    Accepted and ignored: disable_recompute (a training memory choice: cgdr
+    has no backward), use_graph / max_num_seqs (CUDA/NPU graph capture;
+    padded zero-length sequences just run), chunk_size (32 or 64, as fla;
+    cgdr's plan picks its own) and transpose_state_layout (state_v_first's
+    old name). Refused with ValueError naming the argument: cp_context,
+    return_intermediate_states (use checkpoint_every for states along the
+    sequence), head_first.
+
+    cgdr's keyword-only options (state_layout, threads, algo, check_values,
+    precision, engine, v_step, dk_bucket, initial_state_indices,
+    state_slot_stride, checkpoint_every, qk_l2norm_eps, out, final_state):
+    as chunk_gated_delta_rule. The per-channel gate runs FP32 products
+    (precision "auto" resolves to "fp32").
+    """
+    layout = _fla_layout(state_v_first, state_layout, fla_kwargs)
+    scale2 = _kda_options("chunk_kda", use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound,
+                          cp_context, fla_kwargs, (32, 64), _KDA_IGNORED)
+    _kda_chunk_checks(safe_gate, use_gate_in_kernel, lower_bound, return_intermediate_states, None)
+    return _fla_prefill(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+                        layout, cu_seqlens, cu_seqlens_cpu,
+                        (use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel), kda=True,
+                        lower_bound=lower_bound, beta_scale=scale2, threads=threads, algo=algo,
+                        check_values=check_values, precision=precision, engine=engine, v_step=v_step,
+                        dk_bucket=dk_bucket, initial_state_indices=initial_state_indices,
+                        state_slot_stride=state_slot_stride, checkpoint_every=checkpoint_every,
+                        qk_l2norm_eps=qk_l2norm_eps, out=out, final_state=final_state)
+
+
+# fused_recurrent_kda's serving arguments (fla's fused_recurrent_kda_fwd, vLLM's
+# copy of it): what to use instead.
+_RECURRENT_UNSUPPORTED = {
+    "ssm_state_indices": "for a state pool pass initial_state_indices (one slot per sequence, read and written "
+                         "in place); for draft tokens cgdr.recurrent_step with dst_indices",
+    "num_accepted_tokens": "speculative decoding's accepted prefix: cgdr.recurrent_step reads the slot you name",
+    "inplace_final_state": "initial_state_indices updates the pool in place",
+}
+
+
+def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None, initial_state=None,
+                        output_final_state=False, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
+                        use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, lower_bound=None,
+                        state_v_first=False, cu_seqlens=None, *, state_layout=None, threads=None, algo="auto",
+                        check_values=False, precision="auto", engine="auto", v_step=0, dk_bucket=0,
+                        initial_state_indices=None, state_slot_stride=0, checkpoint_every=0, qk_l2norm_eps=1e-6,
+                        out=None, final_state=None, **fla_kwargs):
+    """flash-linear-attention's fused_recurrent_kda on the CPU: chunk_kda's
+    operator (the same numbers to FP32 rounding: cgdr's plan chooses the
+    formulation; algo="recurrent" forces the token-by-token one).
+
+    The arguments up to cu_seqlens are fla's (0.6), in its order, with its
+    defaults: shapes, the gate (A_log [HV], dt_bias [HV * K], lower_bound
+    read whenever use_gate_in_kernel is set, as fla's kernel does), beta
+    sigmoid and allow_neg_eigval as chunk_kda. Returns (o, final_state).
+    One difference: with use_gate_in_kernel, no A_log and no lower_bound,
+    fla's kernel takes exp(A_log) as e (A_log = 1); cgdr raises ValueError
+    naming A_log.
+
+    fla's decode arguments of fused_recurrent_kda_fwd (ssm_state_indices,
+    num_accepted_tokens, inplace_final_state), which its public function
+    ignores, raise ValueError naming the argument and what to use instead:
+    initial_state_indices (a pool, one slot per sequence, updated in place)
+    or cgdr.recurrent_step (draft tokens with dst_indices).
+    cgdr's keyword-only options: as chunk_kda.
+    """
+    layout = _fla_layout(state_v_first, state_layout, fla_kwargs)
+    for name, instead in _RECURRENT_UNSUPPORTED.items():
+        if fla_kwargs.pop(name, None) is not None:
+            raise ValueError(f"{name}: not supported by cgdr.fused_recurrent_kda ({instead})")
+    scale2 = _kda_options("fused_recurrent_kda", use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                          lower_bound, None, fla_kwargs, None, ())
+    return _fla_prefill(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+                        layout, cu_seqlens, None, (use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel),
+                        kda=True, lower_bound=lower_bound, beta_scale=scale2, threads=threads, algo=algo,
+                        check_values=check_values, precision=precision, engine=engine, v_step=v_step,
+                        dk_bucket=dk_bucket, initial_state_indices=initial_state_indices,
+                        state_slot_stride=state_slot_stride, checkpoint_every=checkpoint_every,
+                        qk_l2norm_eps=qk_l2norm_eps, out=out, final_state=final_state)
 
 
 def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens, g=None, scale=None,
@@ -404,7 +601,7 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
                                output_final_state=True, algo="auto", check_values=False, precision="auto",
                                engine="auto", v_step=0, dk_bucket=0, *, a=None, A_log=None, dt_bias=None,
                                use_beta_sigmoid=False, state_indices=None, state_slot_stride=0, checkpoint_every=0,
-                               qk_l2norm_eps=1e-6, out=None, final_state=None):
+                               qk_l2norm_eps=1e-6, out=None, final_state=None, gate_lower_bound=None):
     """The operator in its packed form (the seeds' signature, SPEC 2).
 
     query, key: [T, Nk, Dk]; value: [T, Nv, Dv]; beta: [T, Nv] (these four in
@@ -425,6 +622,10 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
     Serving (docs/SPEC.md 6d), keyword-only:
     a [T, Nv], A_log [Nv], dt_bias [Nv] (optional): the gate in the kernel,
       g = -exp(A_log) * softplus(a + dt_bias), instead of g.
+    KDA (docs/SPEC.md 10): g or a [T, Nv, Dk] is a per-channel gate (dt_bias
+      then [Nv * Dk]); gate_lower_bound (< 0; None: none) makes the gate in
+      the kernel lower_bound * sigmoid(exp(A_log) * (a + dt_bias)), A_log
+      then optional (chunk_kda's lower_bound).
     use_beta_sigmoid: beta holds the raw b; the kernel uses sigmoid(b).
     state_indices: B ints; initial_state is then a pool [P, Nv, ...] (slots
       state_slot_stride elements apart, 0: dense) read from and, with
@@ -460,18 +661,20 @@ def chunk_gated_delta_rule_tnd(query, key, value, beta, initial_state, seq_lens,
     ins = [_t.contiguous_input(n, x) for n, x in (("query", query), ("key", key), ("value", value), ("beta", beta))]
     gc = _t.contiguous_input("g", g) if g is not None else None
     out = _t.output("out", out, kind, (T, Nv, Dv), qd)
+    bound = _lower_bound("gate_lower_bound", gate_lower_bound)
     _prefill(*ins, gc, init, lens, out, final, _scale(scale), use_qk_l2norm_in_kernel, layout,
              _threads(threads), _algo(algo), check_values, _precision(precision), _engine(engine), v_step, dk_bucket,
-             gate=_gate_inputs(a, A_log, dt_bias), beta_sigmoid=use_beta_sigmoid, state_indices=slots,
-             state_slot_stride=state_slot_stride, checkpoint_states=checkpoints,
-             checkpoint_every=checkpoint_every, qk_l2norm_eps=qk_l2norm_eps)
+             gate=_gate_inputs(a, A_log, dt_bias, bounded=bound != 0.0), beta_sigmoid=use_beta_sigmoid,
+             state_indices=slots, state_slot_stride=state_slot_stride, checkpoint_states=checkpoints,
+             checkpoint_every=checkpoint_every, qk_l2norm_eps=qk_l2norm_eps,
+             gate_lower_bound=bound)
     return (out, final) if checkpoints is None else (out, final, checkpoints)
 
 
 def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, scale=None,
                    use_qk_l2norm_in_kernel=False, state_layout="kv", threads=None, out=None, check_values=False,
                    *, a=None, A_log=None, dt_bias=None, use_beta_sigmoid=False, dst_indices=None,
-                   output_states=False, state_slot_stride=0, qk_l2norm_eps=1e-6):
+                   output_states=False, state_slot_stride=0, qk_l2norm_eps=1e-6, gate_lower_bound=None):
     """One decode step: a new token for each of N sequences.
 
     query, key: [N, Nk, Dk]; value: [N, Nv, Dv]; beta: [N, Nv] (these four in
@@ -502,6 +705,9 @@ def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, s
     Bitwise equal to K single steps.
     a [N, (K,) Nv], A_log [Nv], dt_bias [Nv]: the gate in the kernel instead
     of g; use_beta_sigmoid: beta holds the raw b (keyword-only, as the rest).
+    KDA (docs/SPEC.md 10): g or a [N, Nv, Dk] ([N, K, Nv, Dk] with a token
+    axis) is a per-channel gate, dt_bias then [Nv * Dk]; gate_lower_bound:
+    as chunk_gated_delta_rule_tnd's.
     state_slot_stride: elements between pool slots (0: dense).
     """
     kind = _t.common_kind(query=query, key=key, value=value, beta=beta, g=g, state_pool=state_pool, out=out)
@@ -525,16 +731,18 @@ def recurrent_step(query, key, value, beta, state_pool, state_indices, g=None, s
         states = _t.empty(kind, (N * K,) + tuple(state_pool.shape[1:]), pd)
     ins = [_t.contiguous_input(n, x) for n, x in (("query", query), ("key", key), ("value", value), ("beta", beta))]
     gc = _t.contiguous_input("g", g) if g is not None else None
-    gate = _gate_inputs(a, A_log, dt_bias) or (None, None, None)
+    bound = _lower_bound("gate_lower_bound", gate_lower_bound)
+    gate = _gate_inputs(a, A_log, dt_bias, bounded=bound != 0.0) or (None, None, None)
     _t.check_slot_extent("state_pool", pool, state_slot_stride)
     _decode(*ins, gc, pool, idx, out, gate, dst, states, scale=scale, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
             state_layout=state_layout, threads=threads, check_values=check_values, use_beta_sigmoid=use_beta_sigmoid,
-            state_slot_stride=state_slot_stride, qk_l2norm_eps=qk_l2norm_eps)
+            state_slot_stride=state_slot_stride, qk_l2norm_eps=qk_l2norm_eps, gate_lower_bound=bound)
     return out if states is None else (out, states)
 
 
 def _decode(query, key, value, beta, g, pool, idx, out, gate, dst, states, *, scale, use_qk_l2norm_in_kernel,
-            state_layout, threads, check_values, use_beta_sigmoid, state_slot_stride, qk_l2norm_eps):
+            state_layout, threads, check_values, use_beta_sigmoid, state_slot_stride, qk_l2norm_eps,
+            gate_lower_bound=0.0):
     """The native decode call on checked tensors (contiguous, CPU, one kind)
     or on native views already made (cgdr.vllm's, whose shapes drop vLLM's
     leading 1); shapes and values are checked by the C++ validation."""
@@ -543,4 +751,5 @@ def _decode(query, key, value, beta, g, pool, idx, out, gate, dst, states, *, sc
     _cgdr.decode_step(*views[:6], idx, views[6], _scale(scale), bool(use_qk_l2norm_in_kernel), _layout(state_layout),
                       _threads(threads), bool(check_values), a=views[7], A_log=views[8], dt_bias=views[9],
                       use_beta_sigmoid=bool(use_beta_sigmoid), dst_indices=dst, states=views[10],
-                      state_slot_stride=int(state_slot_stride), qk_l2norm_eps=_eps(qk_l2norm_eps))
+                      state_slot_stride=int(state_slot_stride), qk_l2norm_eps=_eps(qk_l2norm_eps),
+                      gate_lower_bound=float(gate_lower_bound))

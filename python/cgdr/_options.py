@@ -59,3 +59,22 @@ def _choice(name, value, choices, expected=None):
         got = repr(value) if isinstance(value, str) else f"a value of type {type(value).__name__}"
         raise ValueError(f"{name}: expected {expected or 'one of ' + ', '.join(choices)}, got {got}")
     return value
+
+
+def _lower_bound(name, bound):
+    """fla's lower_bound of KDA's bounded gate (g = bound * sigmoid(...)) as
+    the native gate_lower_bound: None -> 0.0 (no bound, the softplus gate);
+    else a finite number < 0 (0 would make every gate 0, and the native layer
+    reads 0 as none)."""
+    if bound is None:
+        return 0.0
+    if isinstance(bound, (bool, str, bytes)):
+        raise TypeError(f"{name}: expected a number or None, got {type(bound).__name__}")
+    try:
+        value = float(bound)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"{name}: expected a number or None, got {type(bound).__name__}") from None
+    if not (math.isfinite(value) and value < 0.0):
+        raise ValueError(f"{name}: expected None or a finite number < 0, got {value!r} (the gate's floor in "
+                         "log space; 0 would make every gate 0)")
+    return value

@@ -200,6 +200,13 @@ def output(name, x, kind, shape, dtype):
     return check_writable(name, x)
 
 
+def scaled_sigmoid(x, scale):
+    """scale * sigmoid(x) in FP32, stored in x's dtype (a new tensor of x's kind)."""
+    if isinstance(x, np.ndarray):
+        return (np.float32(scale) / (np.float32(1) + np.exp(-x.astype(np.float32)))).astype(x.dtype)
+    return (_torch().sigmoid(x.float()) * scale).to(x.dtype)
+
+
 def zeros(kind, shape, dtype):
     out = empty(kind, shape, dtype)
     out[...] = 0

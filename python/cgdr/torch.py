@@ -23,6 +23,12 @@ implementations, so torch.compile(fullgraph=True) traces them):
         use_qk_l2norm_in_kernel, state_v_first, a, A_log, dt_bias, use_beta_sigmoid,
         state_slot_stride) -> (out, states)                 (verify with dense per-token states)
 
+    torch.ops.cgdr.chunk_kda(q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel,
+        state_v_first, use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+        lower_bound, checkpoint_every, state_slot_stride) -> (o, final_state, checkpoint_states)
+    torch.ops.cgdr.fused_recurrent_kda(<chunk_kda's arguments>) -> (o, final_state, checkpoint_states)
+        (KDA, the per-channel gate g [B, T, HV, K]: fla's chunk_kda and fused_recurrent_kda)
+
 Every argument after state_v_first has a default; checkpoint_states is
 [0, HV, ...] without checkpoint_every (docs/SPEC.md 6d).
 
@@ -64,7 +70,7 @@ from . import _tensors as _t
 
 _NATIVE = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
 
-__all__ = ["chunk_gated_delta_rule", "recurrent_step", "torch_chunk_gated_delta_rule",
+__all__ = ["chunk_gated_delta_rule", "recurrent_step", "chunk_kda", "fused_recurrent_kda", "torch_chunk_gated_delta_rule",
            "torch_recurrent_gated_delta_rule", "patch_transformers", "HAS_CUSTOM_OPS"]
 
 
@@ -259,6 +265,36 @@ def _chunk_pool_out_fake(q, k, v, g, beta, initial_state, initial_state_indices,
                             checkpoint_every=checkpoint_every)[1]
 
 
+def _kda_eager(fn):
+    """The eager body of the KDA op that calls cgdr.<fn> (chunk_kda or fused_recurrent_kda)."""
+    def kda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+            scale: Optional[float] = None, initial_state: Optional[torch.Tensor] = None,
+            cu_seqlens: Optional[torch.Tensor] = None, use_qk_l2norm_in_kernel: bool = False,
+            state_v_first: bool = False, use_gate_in_kernel: bool = False, A_log: Optional[torch.Tensor] = None,
+            dt_bias: Optional[torch.Tensor] = None, use_beta_sigmoid_in_kernel: bool = False,
+            allow_neg_eigval: bool = False, lower_bound: Optional[float] = None, checkpoint_every: int = 0,
+            state_slot_stride: int = 0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """fla's KDA (g [B, T, HV, K]); always returns the final state and the
+        checkpoint states ([0, HV, ...] without checkpoint_every), as _chunk_eager."""
+        r = getattr(_cgdr_api, fn)(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                                   output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                                   use_gate_in_kernel=use_gate_in_kernel, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+                                   allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound,
+                                   state_v_first=state_v_first, cu_seqlens=cu_seqlens, A_log=A_log, dt_bias=dt_bias,
+                                   checkpoint_every=checkpoint_every, state_slot_stride=state_slot_stride)
+        return r if len(r) == 3 else (*r, _no_states(q, v, state_v_first))
+    kda.__name__ = f"_{fn}_eager"
+    return kda
+
+
+def _kda_fake(q, k, v, g, beta, scale=None, initial_state=None, cu_seqlens=None, use_qk_l2norm_in_kernel=False,
+              state_v_first=False, use_gate_in_kernel=False, A_log=None, dt_bias=None,
+              use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, lower_bound=None, checkpoint_every=0,
+              state_slot_stride=0):
+    return _chunk_fake(q, k, v, g, beta, scale, initial_state, cu_seqlens, state_v_first=state_v_first,
+                       checkpoint_every=checkpoint_every)
+
+
 # name: (eager, fake, mutated arguments)
 _OPS = {"chunk_gated_delta_rule": (_chunk_eager, _chunk_fake, ()),
         "chunk_gated_delta_rule_pool": (_chunk_pool_eager, _chunk_pool_fake, ("initial_state",)),
@@ -266,7 +302,10 @@ _OPS = {"chunk_gated_delta_rule": (_chunk_eager, _chunk_fake, ()),
         "chunk_gated_delta_rule_out": (_chunk_out_eager, _chunk_out_fake, ("out", "final_state")),
         "chunk_gated_delta_rule_pool_out": (_chunk_pool_out_eager, _chunk_pool_out_fake, ("initial_state", "out")),
         "recurrent_step": (_step_eager, _step_fake, ("state_pool",)),
-        "recurrent_step_states": (_step_states_eager, _step_states_fake, ())}
+        "recurrent_step_states": (_step_states_eager, _step_states_fake, ()),
+        # KDA (docs/SPEC.md 10): the two fla entries, the same operator.
+        "chunk_kda": (_kda_eager("chunk_kda"), _kda_fake, ()),
+        "fused_recurrent_kda": (_kda_eager("fused_recurrent_kda"), _kda_fake, ())}
 
 
 def _register_ops():
@@ -318,6 +357,60 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                                    state_v_first, *gate, checkpoint_every, state_slot_stride)
         final = final if output_final_state else None
     return (o, final) if not checkpoint_every else (o, final, ckpt)
+
+
+def _kda(op, q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, state_v_first,
+         cu_seqlens, gate, checkpoint_every, state_slot_stride):
+    o, final, ckpt = _ops[op](q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel,
+                              state_v_first, *gate, checkpoint_every, state_slot_stride)
+    final = final if output_final_state else None
+    return (o, final) if not checkpoint_every else (o, final, ckpt)
+
+
+def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+              use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+              allow_neg_eigval=False, safe_gate=False, lower_bound=None, disable_recompute=False,
+              return_intermediate_states=False, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
+              cp_context=None, use_graph=False, max_num_seqs=None, *, A_log=None, dt_bias=None,
+              checkpoint_every=0, state_slot_stride=0, **kwargs):
+    """fla's chunk_kda on CPU torch tensors through torch.ops.cgdr.chunk_kda
+    (traceable by torch.compile): as cgdr.chunk_kda, whose checks it shares.
+    Returns (o, final_state or None), or (o, final_state, checkpoint_states)
+    with checkpoint_every. cp_context and return_intermediate_states raise
+    as there; pools and caller's buffers: cgdr.chunk_kda."""
+    _cgdr_api._kda_chunk_checks(safe_gate, use_gate_in_kernel, lower_bound, return_intermediate_states, cp_context)
+    _fla_extra("chunk_kda", kwargs, chunk_sizes=(32, 64))
+    if cu_seqlens_cpu is not None:
+        _cgdr_api._same_offsets(cu_seqlens, cu_seqlens_cpu)
+    return _kda("chunk_kda", q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+                state_v_first, cu_seqlens,
+                (use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound),
+                checkpoint_every, state_slot_stride)
+
+
+def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None, initial_state=None,
+                        output_final_state=False, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
+                        use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, lower_bound=None,
+                        state_v_first=False, cu_seqlens=None, *, checkpoint_every=0, state_slot_stride=0, **kwargs):
+    """fla's fused_recurrent_kda through torch.ops.cgdr.fused_recurrent_kda:
+    as cgdr.fused_recurrent_kda (its decode arguments raise there too)."""
+    for name, instead in _cgdr_api._RECURRENT_UNSUPPORTED.items():
+        if kwargs.pop(name, None) is not None:
+            raise ValueError(f"{name}: not supported by cgdr.fused_recurrent_kda ({instead})")
+    _fla_extra("fused_recurrent_kda", kwargs)
+    return _kda("fused_recurrent_kda", q, k, v, g, beta, scale, initial_state, output_final_state,
+                use_qk_l2norm_in_kernel, state_v_first, cu_seqlens,
+                (use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound),
+                checkpoint_every, state_slot_stride)
+
+
+def _fla_extra(fn, kwargs, chunk_sizes=None):
+    """fla's **kwargs of a KDA wrapper: transpose_state_layout is refused here
+    (pass state_v_first), chunk_size checked as fla, anything else a TypeError."""
+    if "transpose_state_layout" in kwargs:
+        raise ValueError(f"transpose_state_layout: pass state_v_first to cgdr.torch.{fn} (its new name in fla)")
+    _cgdr_api._check_fla_options(dict(kwargs), False, None, fn=fn, chunk_sizes=chunk_sizes,
+                                 ignored=("chunk_size",) if chunk_sizes else ())
 
 
 def _buffer(name, x):

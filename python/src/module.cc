@@ -142,7 +142,8 @@ void Prefill(const py::object& query, const py::object& key, const py::object& v
              int threads, const std::string& algo, bool check_values, const std::string& precision,
              const std::string& engine, int v_step, int dk_bucket, const py::object& a, const py::object& A_log,
              const py::object& dt_bias, bool use_beta_sigmoid, const py::object& state_indices, int64_t state_slot_stride,
-             const py::object& checkpoint_states, int64_t checkpoint_every, double qk_l2norm_eps) {
+             const py::object& checkpoint_states, int64_t checkpoint_every, double qk_l2norm_eps,
+             double gate_lower_bound) {
   cgdr::Inputs in = PrefillInputs(query, key, value, beta, g, initial_state, seq_lens);
   cgdr::Outputs o;
   in.a = ToView("a", a);
@@ -158,6 +159,7 @@ void Prefill(const py::object& query, const py::object& key, const py::object& v
   opt.state_slot_stride = state_slot_stride;
   opt.checkpoint_every = checkpoint_every;
   opt.qk_l2norm_eps = qk_l2norm_eps;
+  opt.gate_lower_bound = gate_lower_bound;  // 0: none; range checked by cgdr::Validate
   cgdr::Status s;
   {
     py::gil_scoped_release release;  // the arguments above keep every buffer alive
@@ -171,7 +173,7 @@ void Decode(const py::object& query, const py::object& key, const py::object& va
             double scale, bool use_qk_l2norm, const std::string& state_layout, int threads, bool check_values,
             const py::object& a, const py::object& A_log, const py::object& dt_bias, bool use_beta_sigmoid,
             const py::object& dst_indices, const py::object& states, int64_t state_slot_stride,
-            double qk_l2norm_eps) {
+            double qk_l2norm_eps, double gate_lower_bound) {
   cgdr::DecodeInputs in;
   cgdr::DecodeOutputs o;
   in.a = ToView("a", a);
@@ -191,6 +193,7 @@ void Decode(const py::object& query, const py::object& key, const py::object& va
   opt.use_beta_sigmoid = use_beta_sigmoid;
   opt.state_slot_stride = state_slot_stride;
   opt.qk_l2norm_eps = qk_l2norm_eps;
+  opt.gate_lower_bound = gate_lower_bound;
   cgdr::Status s;
   {
     py::gil_scoped_release release;
@@ -282,15 +285,15 @@ PYBIND11_MODULE(_cgdr, m) {
         py::arg("dk_bucket") = 0, py::arg("a") = py::none(), py::arg("A_log") = py::none(),
         py::arg("dt_bias") = py::none(), py::arg("use_beta_sigmoid") = false, py::arg("state_indices") = py::none(),
         py::arg("state_slot_stride") = 0, py::arg("checkpoint_states") = py::none(), py::arg("checkpoint_every") = 0,
-        py::arg("qk_l2norm_eps") = 1e-6,
-        "Runs cgdr::Run on packed TND tensors (see SPEC 2, 6d); writes out, final_state and checkpoint_states in "
-        "place.");
+        py::arg("qk_l2norm_eps") = 1e-6, py::arg("gate_lower_bound") = 0.0,
+        "Runs cgdr::Run on packed TND tensors (see SPEC 2, 6d; g or a [T, Nv, Dk]: KDA's per-channel gate); writes "
+        "out, final_state and checkpoint_states in place.");
   m.def("decode_step", &Decode, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
         py::arg("state_pool"), py::arg("state_indices"), py::arg("out"), py::arg("scale"), py::arg("use_qk_l2norm"),
         py::arg("state_layout"), py::arg("threads"), py::arg("check_values"), py::arg("a") = py::none(),
         py::arg("A_log") = py::none(), py::arg("dt_bias") = py::none(), py::arg("use_beta_sigmoid") = false,
         py::arg("dst_indices") = py::none(), py::arg("states") = py::none(), py::arg("state_slot_stride") = 0,
-        py::arg("qk_l2norm_eps") = 1e-6, "Runs cgdr::DecodeStep (a token axis: SPEC 6d); updates state_pool in place and writes out and states.");
+        py::arg("qk_l2norm_eps") = 1e-6, py::arg("gate_lower_bound") = 0.0, "Runs cgdr::DecodeStep (a token axis: SPEC 6d); updates state_pool in place and writes out and states.");
   m.def("active_target", &cgdr::ActiveTarget, "The SIMD target dispatch uses (AVX3, AVX2, SSE4, ...).");
   m.def("golden", &Golden, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
         py::arg("initial_state"), py::arg("seq_lens"), py::arg("golden"), py::arg("benchmark"), py::arg("actual"),

@@ -364,6 +364,9 @@ ROWS = {
         Row("A_log", AN_ARRAY, Err(r"A_log: given without the raw gate a")),
         Row("dt_bias", AN_ARRAY, Err(r"A_log: given without the raw gate a")),
         Row("use_beta_sigmoid", False, SAME),
+        # KDA's bounded gate (docs/SPEC.md 10; its meaning: python/tests/test_kda.py): needs the raw gate a.
+        Row("gate_lower_bound", -5.0, Err(r"options\.gate_lower_bound: given without the raw gate")),
+        Row("gate_lower_bound", 1.0, Err(r"gate_lower_bound: expected None or a finite number < 0, got 1\.0")),
         Row("state_indices", [0, 0, 1], Err(r"state_indices: expected distinct non-negative indices")),
         Row("state_slot_stride", 1, Err(r"options\.state_slot_stride: expected 0 \(dense\) or")),
         Row("checkpoint_every", -1, Err(r"checkpoint_every: expected 0 \(none\) or a positive token count, got -1"))],
@@ -384,6 +387,10 @@ ROWS = {
         Row("head_first", False, Err(r"head_first: removed from fla")),
         Row("chunk_size", 16, SAME), Row("chunk_size", 128, Err(r"chunk_size: expected 16, 32 or 64")),
         Row("A_log", AN_ARRAY, SAME), Row("dt_bias", AN_ARRAY, SAME),
+        # KDA's bounded gate (python/tests/test_kda.py): read only with use_gate_in_kernel, as fla.
+        Row("lower_bound", -5.0, SAME),
+        Row("lower_bound", 0.0, Err(r"lower_bound: expected None or a finite number < 0, got 0\.0"),
+            ctx={"use_gate_in_kernel": True}),
         # Pools and checkpoints (docs/SPEC.md 6d; their meaning: python/tests/test_serving.py), in sglang's name.
         Row("initial_state_indices", [0, 0, 1], Err(r"initial_state_indices: expected distinct non-negative indices")),
         Row("initial_state_indices", [0, 1], Err(r"initial_state_indices: expected N = 3 slots \(one per sequence\)")),
@@ -401,6 +408,8 @@ ROWS = {
              Row("A_log", AN_ARRAY, Err(r"A_log: given without the raw gate a")),
              Row("dt_bias", AN_ARRAY, Err(r"A_log: given without the raw gate a")),
              Row("use_beta_sigmoid", False, SAME), Row("output_states", False, SAME),
+             Row("gate_lower_bound", -5.0, Err(r"options\.gate_lower_bound: given without the raw gate")),
+             Row("gate_lower_bound", -0.0, Err(r"gate_lower_bound: expected None or a finite number < 0")),
              Row("dst_indices", [0, 1, 2], Err(r"dst_indices: expected a 2-D sequence of integers")),
              Row("state_slot_stride", 1, Err(r"options\.state_slot_stride: expected 0 \(dense\) or"))],
     "torch.chunk": BUFFER_ROWS + [Row("scale", 0.37, DIFFERS), Row("initial_state", None, REF), Row("output_final_state", False, REF),
@@ -529,7 +538,7 @@ def options_fields():
 
 
 # The public name of each option where it differs from the C++ field's.
-PUBLIC_NAME = {"use_qk_l2norm": "use_qk_l2norm_in_kernel"}
+PUBLIC_NAME = {"use_qk_l2norm": "use_qk_l2norm_in_kernel", "gate_lower_bound": "lower_bound"}  # fla's (KDA) name
 
 
 @pytest.mark.parametrize("ep", ["tnd", "fla"])
@@ -544,7 +553,7 @@ def test_every_cpp_option_reaches_python(ep):
     for name in fields:
         assert re.search(rf"\b{name}: ", native), f"_cgdr.prefill has no argument {name}"
         public = PUBLIC_NAME.get(name, name)
-        assert public in params or f"{public}_in_kernel" in params or (
+        assert public in params or name in params or f"{public}_in_kernel" in params or (
             name == "state_layout" and "state_v_first" in params), \
             f"{ENTRIES[ep].name} has no parameter for Options::{name}"
 

@@ -334,3 +334,52 @@ def test_compile_transformers_dropins():
     got = torch.compile(layer, fullgraph=True, backend="aot_eager")(q, k, v, g, beta, h0)
     for a, b in zip(got, want):
         assert torch.equal(a, b)
+
+
+def kda_inputs(B=2, T=9, H=1, HV=2, K=17, V=8, seed=3):
+    """KDA's (docs/SPEC.md 10): g [B, T, HV, K], one log-decay per key channel."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(B, T, H, K, generator=gen), torch.randn(B, T, H, K, generator=gen)
+    v = torch.randn(B, T, HV, V, generator=gen)
+    g = -torch.rand(B, T, HV, K, generator=gen) * 0.3
+    beta = torch.rand(B, T, HV, generator=gen) * 0.9 + 0.05
+    h0 = torch.rand(B, HV, K, V, generator=gen) - 0.5
+    return q, k, v, g, beta, h0
+
+
+@needs_ops
+@pytest.mark.parametrize("name", ["chunk_kda", "fused_recurrent_kda"])
+def test_kda_ops(name):
+    """torch.ops.cgdr.chunk_kda / fused_recurrent_kda: fake kernel shapes and opcheck (the gate, bound, layouts)."""
+    op = getattr(torch.ops.cgdr, name)
+    q, k, v, g, beta, h0 = kda_inputs()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    mode = FakeTensorMode()
+    fq, fk, fv, fg, fb = (mode.from_tensor(x.to(torch.bfloat16)) for x in (q, k, v, g, beta))
+    with mode:
+        o, s, ck = op(fq, fk, fv, fg, fb, None, None, None, True, True)
+        assert o.shape == (2, 9, 2, 8) and o.dtype == torch.bfloat16
+        assert s.shape == (2, 2, 8, 17) and s.dtype == torch.float32 and ck.shape == (0, 2, 8, 17)
+        _, _, ck = op(fq, fk, fv, fg, fb, checkpoint_every=4)
+        assert ck.shape == (4, 2, 17, 8)
+    torch.library.opcheck(op, (q, k, v, g, beta, 0.3, h0, None, True, False))
+    torch.library.opcheck(op, (q[:1], k[:1], v[:1], g[:1], beta[:1], None, None, torch.tensor([0, 4, 9]), False, True))
+    torch.library.opcheck(op, (q, k, v, g * 10, beta, None, h0, None, False, False, True, torch.zeros(2),
+                               torch.rand(34), True, True, -5.0))  # gate, bound, 2 * sigmoid(beta)
+    torch.library.opcheck(op, (q, k, v, g, beta), {"use_gate_in_kernel": True, "lower_bound": -2.0,
+                                                   "checkpoint_every": 4})
+
+
+@needs_ops
+def test_compile_fullgraph_kda():
+    q, k, v, g, beta, h0 = kda_inputs()
+
+    def f(q, k, v, g, beta, h0):
+        o, s = ct.chunk_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                            use_qk_l2norm_in_kernel=True)
+        o2, _ = ct.fused_recurrent_kda(q, k, v, g, beta, initial_state=s)
+        return o + o2
+
+    want = f(q, k, v, g, beta, h0)
+    got = torch.compile(f, fullgraph=True, backend="eager")(q, k, v, g, beta, h0)
+    assert torch.equal(got, want)

@@ -24,12 +24,37 @@ def load_naive():
     return module
 
 
-def chunk_signature():
-    """fla's chunk_gated_delta_rule, read from its source: ([(name, default
-    source or None)], the keys its body reads from **kwargs)."""
-    path = os.path.join(package_dir(), "ops", "gated_delta_rule", "chunk.py")
+def load_kda():
+    """fla.ops.kda's pure-torch references as one namespace: naive.py's
+    naive_recurrent_kda and naive_chunk_kda (loaded from its file), and
+    gate.py's naive_kda_gate and naive_kda_lowerbound_gate (gate.py imports
+    triton at the top, so the two functions are taken from its source and run
+    with torch and torch.nn.functional only)."""
+    import types
+
+    import torch
+    import torch.nn.functional as F
+    base = os.path.join(package_dir(), "ops", "kda")
+    spec = importlib.util.spec_from_file_location("fla_kda_naive", os.path.join(base, "naive.py"))
+    naive = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(naive)
+    tree = ast.parse(open(os.path.join(base, "gate.py")).read())
+    gates = [n for n in tree.body if isinstance(n, ast.FunctionDef)
+             and n.name in ("naive_kda_gate", "naive_kda_lowerbound_gate")]
+    namespace = {"torch": torch, "F": F}
+    exec(compile(ast.Module(body=gates, type_ignores=[]), "fla/ops/kda/gate.py", "exec"), namespace)
+    return types.SimpleNamespace(naive_recurrent_kda=naive.naive_recurrent_kda, naive_chunk_kda=naive.naive_chunk_kda,
+                                 naive_kda_gate=namespace["naive_kda_gate"],
+                                 naive_kda_lowerbound_gate=namespace["naive_kda_lowerbound_gate"])
+
+
+def chunk_signature(module=("gated_delta_rule", "chunk.py"), name="chunk_gated_delta_rule"):
+    """fla's chunk_gated_delta_rule (or `name` in fla/ops/<module>), read from
+    its source: ([(name, default source or None)], the keys its body reads
+    from **kwargs)."""
+    path = os.path.join(package_dir(), "ops", *module)
     tree = ast.parse(open(path).read())
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "chunk_gated_delta_rule")
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
     args = fn.args.args
     defaults = [None] * (len(args) - len(fn.args.defaults)) + [ast.unparse(d) for d in fn.args.defaults]
     params = [(a.arg, d) for a, d in zip(args, defaults)]
