@@ -221,6 +221,119 @@ static void TestErrors(void) {
   CHECK(strcmp(cgdr_status_name(CGDR_RESOURCE_EXHAUSTED), "resource_exhausted") == 0, "status name");
 }
 
+/* KDA (API version 6): a per-channel gate g [T,Nv,Dk] through cgdr_prefill
+ * equals the same run token by token in C (the FP64-free check: the
+ * recurrence S = (I - beta k k^T) Diag(exp(g)) S + beta k v^T by hand, in
+ * float); the raw gate a [T,Nv,Dk] with dt_bias [Nv*Dk] and a lower bound
+ * equals g computed by hand; and the new option's errors name it. */
+static float g_kda[T][NV][DK];
+
+static void ReferenceKda(const float (*gate)[NV][DK], float o[T][NV][DV]) {
+  static float S[NV][DV][DK];
+  memset(S, 0, sizeof S);
+  const float scale = 1.0f / sqrtf((float)DK);
+  for (int t = 0; t < T; ++t) {
+    for (int h = 0; h < NV; ++h) {
+      for (int j = 0; j < DV; ++j) {
+        float pred = 0.0f;
+        for (int i = 0; i < DK; ++i) {
+          S[h][j][i] *= expf(gate[t][h][i]);
+          pred += S[h][j][i] * k[t][0][i];
+        }
+        const float u = beta[t][h] * (v[t][h][j] - pred);
+        float acc = 0.0f;
+        for (int i = 0; i < DK; ++i) {
+          S[h][j][i] += k[t][0][i] * u;
+          acc += S[h][j][i] * q[t][0][i];
+        }
+        o[t][h][j] = scale * acc;
+      }
+    }
+  }
+}
+
+static void TestPerChannelGate(void) {
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < NV; ++h)
+      for (int i = 0; i < DK; ++i) g_kda[t][h][i] = -0.05f - 0.4f * fabsf(Val(7 * t + 3 * h + i, 1.0f));
+  int32_t seq_lens[B] = {T};
+  static float out_kda[T][NV][DV], out_ref[T][NV][DV], out_raw[T][NV][DV];
+  cgdr_prefill_args pa;
+  memset(&pa, 0, sizeof pa);
+  pa.query = Tensor(q, CGDR_F32, 3, T, NK, DK, 0);
+  pa.key = Tensor(k, CGDR_F32, 3, T, NK, DK, 0);
+  pa.value = Tensor(v, CGDR_F32, 3, T, NV, DV, 0);
+  pa.beta = Tensor(beta, CGDR_F32, 2, T, NV, 0, 0);
+  pa.g = Tensor(g_kda, CGDR_F32, 3, T, NV, DK, 0);
+  pa.seq_lens = Tensor(seq_lens, CGDR_I32, 1, B, 0, 0, 0);
+  pa.out = Tensor(out_kda, CGDR_F32, 3, T, NV, DV, 0);
+  cgdr_options* opt = NULL;
+  CHECK(cgdr_options_create(&opt) == CGDR_OK, "%s", cgdr_last_error());
+  CHECK(cgdr_options_set_chunk(opt, 1) == CGDR_OK, "%s", cgdr_last_error());
+  cgdr_status s = cgdr_prefill(&pa, opt);
+  CHECK(s == CGDR_OK, "per-channel prefill: %s", cgdr_last_error());
+  ReferenceKda((const float (*)[NV][DK])g_kda, out_ref);
+  float max_diff = 0.0f;
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < NV; ++h)
+      for (int j = 0; j < DV; ++j) max_diff = fmaxf(max_diff, fabsf(out_kda[t][h][j] - out_ref[t][h][j]));
+  CHECK(max_diff < 1e-5f, "per-channel g vs the recurrence by hand: max |diff| %g", max_diff);
+
+  /* The raw gate with a lower bound: g = lb * sigmoid(exp(A_log) * (a + dt_bias)). */
+  static float a_raw[T][NV][DK], dt_bias[NV * DK], gate[T][NV][DK];
+  float A_log[NV] = {-0.3f, 0.2f};
+  const double lb = -2.5;
+  for (int h = 0; h < NV; ++h)
+    for (int i = 0; i < DK; ++i) dt_bias[h * DK + i] = 0.1f * Val(h * DK + i, 1.0f);
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < NV; ++h)
+      for (int i = 0; i < DK; ++i) {
+        a_raw[t][h][i] = Val(11 * t + 5 * h + i, 2.0f);
+        const double x = exp((double)A_log[h]) * ((double)a_raw[t][h][i] + (double)dt_bias[h * DK + i]);
+        gate[t][h][i] = (float)(lb / (1.0 + exp(-x)));
+      }
+  cgdr_prefill_extra pe;
+  memset(&pe, 0, sizeof pe);
+  pe.a = Tensor(a_raw, CGDR_F32, 3, T, NV, DK, 0);
+  pe.A_log = Tensor(A_log, CGDR_F32, 1, NV, 0, 0, 0);
+  pe.dt_bias = Tensor(dt_bias, CGDR_F32, 1, NV * DK, 0, 0, 0);
+  pa.g = Tensor(NULL, CGDR_F32, 0, 0, 0, 0, 0);
+  pa.out = Tensor(out_raw, CGDR_F32, 3, T, NV, DV, 0);
+  CHECK(cgdr_options_set_gate_lower_bound(opt, lb) == CGDR_OK, "%s", cgdr_last_error());
+  s = cgdr_prefill_ex(&pa, &pe, opt);
+  CHECK(s == CGDR_OK, "per-channel raw gate: %s", cgdr_last_error());
+  ReferenceKda((const float (*)[NV][DK])gate, out_ref);
+  max_diff = 0.0f;
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < NV; ++h)
+      for (int j = 0; j < DV; ++j) max_diff = fmaxf(max_diff, fabsf(out_raw[t][h][j] - out_ref[t][h][j]));
+  CHECK(max_diff < 1e-5f, "bounded raw gate vs g by hand: max |diff| %g", max_diff);
+
+  /* Errors: a bound > 0, dt_bias [Nv] with a per-channel a, a bound with g. */
+  memset(out_raw, 0x7f, sizeof out_raw);
+  CHECK(cgdr_options_set_gate_lower_bound(opt, 0.5) == CGDR_OK, "the setter leaves the range to the call");
+  s = cgdr_prefill_ex(&pa, &pe, opt);
+  CHECK(s == CGDR_INVALID_ARGUMENT && strstr(cgdr_last_error(), "options.gate_lower_bound") != NULL, "bound 0.5: %s",
+        cgdr_last_error());
+  CHECK(cgdr_options_set_gate_lower_bound(opt, lb) == CGDR_OK, "%s", cgdr_last_error());
+  pe.dt_bias.shape[0] = NV;
+  s = cgdr_prefill_ex(&pa, &pe, opt);
+  CHECK(s == CGDR_INVALID_ARGUMENT && strstr(cgdr_last_error(), "dt_bias") != NULL &&
+            strstr(cgdr_last_error(), "Nv * Dk") != NULL,
+        "dt_bias [Nv]: %s", cgdr_last_error());
+  pe.dt_bias.shape[0] = NV * DK;
+  s = cgdr_prefill(&pa, opt); /* the bound without the raw gate (g absent too) */
+  CHECK(s == CGDR_INVALID_ARGUMENT && strstr(cgdr_last_error(), "options.gate_lower_bound") != NULL, "bound alone: %s",
+        cgdr_last_error());
+  unsigned char expect_out[sizeof out_raw];
+  memset(expect_out, 0x7f, sizeof expect_out);
+  CHECK(memcmp(out_raw, expect_out, sizeof out_raw) == 0, "out written on error");
+  CHECK(cgdr_options_set_gate_lower_bound(NULL, -1.0) == CGDR_INVALID_ARGUMENT &&
+            strstr(cgdr_last_error(), "cgdr_options_set_gate_lower_bound") != NULL,
+        "NULL handle: %s", cgdr_last_error());
+  cgdr_options_destroy(opt);
+}
+
 /* The library's version is the headers' (version.h, the one place it is written). */
 static void TestVersion(void) {
   char expect[32];
@@ -229,6 +342,7 @@ static void TestVersion(void) {
   CHECK(strcmp(cgdr_version(), expect) == 0, "cgdr_version() %s, expected %s", cgdr_version(), expect);
   CHECK(cgdr_api_version() == CGDR_API_VERSION, "cgdr_api_version() %d, expected %d", cgdr_api_version(),
         CGDR_API_VERSION);
+  CHECK(CGDR_API_VERSION >= 6, "CGDR_API_VERSION %d: cgdr_options_set_gate_lower_bound came with 6", CGDR_API_VERSION);
 }
 
 int main(void) {
@@ -238,6 +352,7 @@ int main(void) {
   TestPrefillThenDecode();
   TestPrecisionMode();
   TestErrors();
+  TestPerChannelGate();
   if (g_failures) {
     fprintf(stderr, "%d check(s) failed\n", g_failures);
     return 1;

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from _helpers import f64, gdr_fp64, limit, make, packed_inputs, rel_err
+from _helpers import f64, gdr_fp64, limit, make, packed_inputs, rel_err, round_to
 
 CLI = os.environ.get("CGDR_CLI")
 pytestmark = pytest.mark.skipif(not CLI, reason="CGDR_CLI (the cgdr binary) not set")
@@ -75,12 +75,72 @@ def read_safetensors(path):
     return out
 
 
+def kda_fp64(q, k, v, beta, g, initial_state, seq_lens, scale=None, l2norm=False, layout="vk", eps=1e-6):
+    """KDA (docs/SPEC.md 10) in FP64, written here on its own: g [T, Nv, Dk],
+    one log-decay per key channel, S = (I - beta k k^T) Diag(exp(g_t)) S +
+    beta k v^T. Returns (out [T, Nv, Dv], final_state [B, Nv, ...] in `layout`)."""
+    q, k, v, beta, g = f64(q), f64(k), f64(v), f64(beta), f64(g)
+    T, Nk, Dk = q.shape
+    Nv, Dv = v.shape[1:]
+    if l2norm:
+        q = q / np.sqrt((q * q).sum(-1, keepdims=True) + eps)
+        k = k / np.sqrt((k * k).sum(-1, keepdims=True) + eps)
+    q, k = np.repeat(q, Nv // Nk, axis=1), np.repeat(k, Nv // Nk, axis=1)
+    scale = 1.0 / np.sqrt(Dk) if scale is None else scale
+    out, finals, t0 = np.zeros((T, Nv, Dv)), [], 0
+    for b, n in enumerate(int(x) for x in seq_lens):
+        S = np.zeros((Nv, Dk, Dv)) if initial_state is None else f64(initial_state)[b]
+        S = S.copy() if layout == "kv" or initial_state is None else S.transpose(0, 2, 1).copy()
+        for t in range(t0, t0 + n):
+            S *= np.exp(g[t])[:, :, None]  # [Nv, Dk]: row i of the state (key channel i) decays by exp(g[t, h, i])
+            u = beta[t][:, None] * (v[t] - np.einsum("hkv,hk->hv", S, k[t]))
+            S += k[t][:, :, None] * u[:, None, :]
+            out[t] = scale * np.einsum("hkv,hk->hv", S, q[t])
+        finals.append(S if layout == "kv" else S.transpose(0, 2, 1))
+        t0 += n
+    return out, np.stack(finals)
+
+
+def kda_gate(a, a_log, dt_bias, lower_bound):
+    """The raw gate of a per-channel gate (docs/SPEC.md 6d.1, 10) in FP64: a [T, Nv, Dk], a_log [Nv] or None,
+    dt_bias [Nv * Dk]."""
+    x = a + dt_bias.reshape(1, NV, DK)
+    if a_log is None and not lower_bound:
+        return None  # no gate: cgdr refuses the case (A_log is required without a bound)
+    if lower_bound:
+        scaled = x if a_log is None else np.exp(a_log)[None, :, None] * x
+        return lower_bound / (1.0 + np.exp(-scaled))
+    return -np.exp(a_log)[None, :, None] * np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))))
+
+
 class Case:
-    """A synthetic case (SPEC 6 conditioning), its file, and its FP64 reference."""
+    """A synthetic case (SPEC 6 conditioning), its file, and its FP64 reference.
+    kda: None, "g" (a per-channel g [T, Nv, Dk]) or "raw" (a [T, Nv, Dk],
+    A_log [Nv] unless no_a_log, dt_bias [Nv * Dk], metadata gate_lower_bound
+    when lower_bound is not None), KDA of docs/SPEC.md 10."""
 
     def __init__(self, tmp, dtype="f32", state_dtype="f32", g_dtype="f32", layout="vk", l2norm=False, scale=None,
-                 g=True, state=True, plant=None, metadata=None, extra=None, drop=(), eps=None):
+                 g=True, state=True, plant=None, metadata=None, extra=None, drop=(), eps=None, kda=None,
+                 lower_bound=None, no_a_log=False):
         x = packed_inputs(np.random.default_rng(5), sum(LENS), NK, NV, DK, DV, len(LENS), raw_qk=l2norm)
+        self.kda = kda
+        if kda is not None:
+            rng = np.random.default_rng(7)
+            T = sum(LENS)
+            if kda == "g":
+                x["g"] = rng.uniform(-0.3, 0.0, (T, NV, DK))
+            else:
+                a = round_to(rng.uniform(-3.0, 0.5, (T, NV, DK)), "f32")
+                a_log = None if no_a_log else round_to(rng.uniform(-1.0, 0.5, NV), "f32")
+                dt_bias = round_to(rng.uniform(-1.0, 0.0, NV * DK), "f32")
+                self.gate = kda_gate(a, a_log, dt_bias, lower_bound)
+                g = False
+                raw_gate = {"a": ("f32", a.shape, raw(a, "f32")), "dt_bias": ("f32", dt_bias.shape, raw(dt_bias, "f32"))}
+                if a_log is not None:
+                    raw_gate["A_log"] = ("f32", a_log.shape, raw(a_log, "f32"))
+                extra = {**raw_gate, **(extra or {})}
+            if lower_bound is not None:
+                metadata = {"gate_lower_bound": repr(lower_bound), **(metadata or {})}
         if plant == "nan_value":
             x["v"][1, 1, 3] = np.nan
         elif plant == "huge_query":  # out overflows, the state never reads q
@@ -114,6 +174,11 @@ class Case:
         write_safetensors(self.path, tensors, {k: v for k, v in md.items() if v is not None})
 
     def reference(self):
+        if self.kda is not None:
+            g = self.t["g"] if self.kda == "g" else self.gate
+            return kda_fp64(self.t["q"], self.t["k"], self.t["v"], self.t["beta"], g, self.t["state"], LENS,
+                            scale=self.scale, l2norm=self.l2norm, layout=self.layout,
+                            eps=1e-6 if self.eps is None else self.eps)
         return gdr_fp64(self.t["q"], self.t["k"], self.t["v"], self.t["beta"], self.t["g"], self.t["state"], LENS,
                         scale=self.scale, l2norm=self.l2norm, layout=self.layout,
                         eps=1e-6 if self.eps is None else self.eps)
@@ -221,6 +286,24 @@ CASE_ROWS = [
      r"a: expected either g or the raw gate a"),
     ("A_log", {"extra": {"A_log": ("f32", (NV,), raw([0] * NV, "f32"))}}, r"A_log: given without the raw gate 'a'"),
     ("dt_bias", {"extra": {"dt_bias": ("f32", (NV,), raw([0] * NV, "f32"))}}, r"dt_bias: given without the raw gate 'a'"),
+    # KDA (docs/SPEC.md 10): the per-channel gate, g or a [T, Nv, Dk] with dt_bias [Nv * Dk], against kda_fp64
+    # (an FP64 recurrence of its own, above); the bounded gate from the metadata gate_lower_bound. More algos:
+    # test_kda_algo; make-case, decode and verify: cli_test.sh's kda section.
+    ("g", {"kda": "g"}, None),
+    ("g", {"kda": "g", "extra": {"g": ("f32", (sum(LENS), NV, DK + 1), raw([0] * (sum(LENS) * NV * (DK + 1)), "f32"))}},
+     r"g: expected shape \[T, Nv\] \(one log-decay per head\) or \[T, Nv, Dk\] \(one per key channel\) = "
+     r"\[57, 4, 24\], got \[57, 4, 25\]"),
+    ("a", {"kda": "raw"}, None),
+    ("dt_bias", {"kda": "raw", "extra": {"dt_bias": ("f32", (NV,), raw([0] * NV, "f32"))}},
+     r"dt_bias: expected shape \[Nv \* Dk\] \(a per-channel gate\) = \[96\], got \[4\]"),
+    ("gate_lower_bound", {"kda": "raw", "lower_bound": -5.0}, None),
+    ("gate_lower_bound", {"kda": "raw", "lower_bound": -5.0, "no_a_log": True}, None),  # a bounded gate may omit A_log
+    ("A_log", {"kda": "raw", "no_a_log": True}, r"A_log: required tensor is missing"),
+    ("gate_lower_bound", {"kda": "raw", "lower_bound": 0.5},
+     r"options\.gate_lower_bound: expected 0 \(none\) or a finite bound < 0, got 0\.5"),
+    ("gate_lower_bound", {"metadata": {"gate_lower_bound": "-5"}},
+     r"options\.gate_lower_bound: given without the raw gate 'a' it applies to"),
+    ("gate_lower_bound", {"metadata": {"gate_lower_bound": "nan"}}, r"metadata 'gate_lower_bound' is \"nan\""),
     # State pools, checkpoints, decode cases (docs/SPEC.md 6d; run and checked by cli_test.sh's serving sections).
     ("state_indices", {"extra": {"state_indices": ("i32", (3,), raw([0, 1, 2], "i32"))}}, None),  # the dense form
     ("state_indices", {"extra": {"state_indices": ("i32", (3,), raw([1, 1, 0], "i32"))}},
@@ -333,6 +416,53 @@ def test_case_key_or_tensor(tmp_path, name, kw, error):
         return
     run_ok(case, out)
     check_result(case, out)
+
+
+# KDA's per-channel gate on every formulation `cgdr run` offers: token by token
+# (C = 1) and the chunked kernel (C = 16, 32, 64, auto), f32 and f16, both
+# layouts, against kda_fp64; and `cgdr check`, whose FP64 reference must agree.
+KDA_ALGOS = ["recurrent", "chunk16", "chunk32", "chunk64", "auto"]
+
+
+@pytest.mark.parametrize("algo", KDA_ALGOS)
+@pytest.mark.parametrize("kw", [{"kda": "g"}, {"kda": "g", "dtype": "f16", "state_dtype": "f16", "layout": "kv"},
+                                {"kda": "raw", "lower_bound": -5.0, "l2norm": True}],
+                         ids=["g", "g_f16_kv", "raw_bounded"])
+def test_kda_algo(tmp_path, algo, kw):
+    case = Case(tmp_path, **kw)
+    out = tmp_path / "r.safetensors"
+    run_ok(case, out, "--algo", algo)
+    check_result(case, out)
+    p = cgdr("check", "--input", case.path, "--result", out)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def write_result(path, out, final_state, layout):
+    write_safetensors(path, {"out": ("f32", out.shape, raw(out, "f32")),
+                             "final_state": ("f32", final_state.shape, raw(final_state, "f32"))},
+                      {"state_layout": layout})
+
+
+@pytest.mark.parametrize("kw", [{"kda": "g", "layout": "kv"}, {"kda": "raw"}, {"kda": "raw", "lower_bound": -5.0},
+                                {"kda": "raw", "lower_bound": -2.5, "no_a_log": True}],
+                         ids=["g_kv", "raw", "raw_bounded", "raw_bounded_no_A_log"])
+def test_check_agrees_with_kda_fp64(tmp_path, kw):
+    """`cgdr check`'s FP64 reference of a KDA case is this file's kda_fp64 (the
+    per-channel gate and its raw forms read from the case, as the kernels read
+    them): kda_fp64's answer passes, and one that decays per head does not."""
+    case = Case(tmp_path, **kw)
+    ref_out, ref_state = case.reference()
+    res = tmp_path / "fp64.safetensors"
+    write_result(res, ref_out, ref_state, case.layout)
+    p = cgdr("check", "--input", case.path, "--result", res)
+    assert p.returncode == 0, p.stdout + p.stderr
+    g = f64(case.t["g"]) if case.kda == "g" else case.gate
+    per_head = np.repeat(g.mean(-1, keepdims=True), DK, axis=-1)  # the same decay for every channel of a head
+    wrong_out, wrong_state = kda_fp64(case.t["q"], case.t["k"], case.t["v"], case.t["beta"], per_head,
+                                      case.t["state"], LENS, layout=case.layout)
+    write_result(res, wrong_out, wrong_state, case.layout)
+    p = cgdr("check", "--input", case.path, "--result", res)
+    assert p.returncode == 1 and "FAIL" in p.stdout, p.stdout + p.stderr
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])

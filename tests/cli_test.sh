@@ -5,7 +5,7 @@
 # profile, demo. Bash and coreutils only (mknod and mkfifo included).
 #
 #   cli_test.sh PATH/TO/cgdr [usage|run_and_check|layouts_and_dtypes|bad_inputs|hostile|plan|profile|demo|serving|
-#                             serving_bad_inputs|all]
+#                             serving_bad_inputs|kda|all]
 set -euo pipefail
 
 CGDR=${1:?usage: cli_test.sh PATH/TO/cgdr [section]}
@@ -57,11 +57,14 @@ expect_no_temporaries() {
 }
 
 # run_and_check NAME MAKE-CASE-FLAGS... : make a case, run it, check it against FP64.
+# RUN_FLAGS (words, split on purpose): extra flags for `cgdr run`.
+RUN_FLAGS=""
 run_and_check() {
   local name=$1
   shift
   expect_ok "make-case $name" "$CGDR" make-case --out "$W/$name.case" "$@"
-  expect_ok "run $name" "$CGDR" run --input "$W/$name.case" --output "$W/$name.result"
+  # shellcheck disable=SC2086 # RUN_FLAGS: words
+  expect_ok "run $name" "$CGDR" run --input "$W/$name.case" --output "$W/$name.result" $RUN_FLAGS
   [ -s "$W/$name.result" ] || fail "run $name: no result file"
   expect_ok "check $name" "$CGDR" check --input "$W/$name.case" --result "$W/$name.result"
   expect_stdout_has "check $name" "final_state"
@@ -607,6 +610,52 @@ EOF
   expect_no_temporaries "serving_bad_inputs"
 }
 
+# KDA (docs/SPEC.md 10): make-case's per-channel gate (g or a [T, Nv, Dk],
+# dt_bias [Nv * Dk]) and the bounded gate (metadata gate_lower_bound, A_log
+# optional then), run on every formulation (C = 1 and the chunked kernel) and
+# checked against FP64; decode and verify cases; bad cases refused by name.
+section_kda() {
+  local algo
+  for algo in recurrent chunk16 chunk64 auto; do
+    RUN_FLAGS="--algo $algo"
+    run_and_check "kda_g_$algo" --lens 19,0,40 --per-channel-gate
+    run_and_check "kda_raw_$algo" --lens 9,30 --per-channel-gate --raw-gate --beta-sigmoid --dtype bf16
+    run_and_check "kda_bound_$algo" --lens 33 --per-channel-gate --raw-gate --gate-lower-bound -5 --layout kv
+    run_and_check "kda_noalog_$algo" --lens 20,5 --per-channel-gate --raw-gate --gate-lower-bound -3 --no-a-log
+  done
+  RUN_FLAGS=""
+  run_and_check kda_pool --lens 9,0,21 --slots 3,-1,0 --pool 5 --per-channel-gate --checkpoint-every 4
+  expect_stdout_has "check kda_pool" "checkpoint_states"
+  run_and_check kda_step --decode --slots 2,-1,0 --pool 4 --per-channel-gate --raw-gate --gate-lower-bound -5
+  run_and_check kda_verify --decode --tokens 3 --slots 0,-1,1 --pool 12 --dst 2,3,-1,4,5,6,7,8,9 --per-channel-gate
+  run_and_check kda_verify_states --decode --tokens 2 --slots 1,0 --output-states --per-channel-gate --raw-gate
+  # The bound is in the case's metadata only when given.
+  grep -qF gate_lower_bound "$W/kda_bound_auto.case" || fail "kda_bound: no gate_lower_bound in the case"
+  ! grep -qF gate_lower_bound "$W/kda_g_auto.case" || fail "kda_g: a gate_lower_bound key without --gate-lower-bound"
+  # A result of another seed's case is noticed (exit 1).
+  expect_ok "make-case other kda" "$CGDR" make-case --out "$W/kda_other.case" --lens 19,0,40 --per-channel-gate --seed 9
+  local rc=0
+  "$CGDR" check --input "$W/kda_other.case" --result "$W/kda_g_auto.result" >"$W/stdout" 2>"$W/stderr" || rc=$?
+  [ "$rc" -eq 1 ] || fail "check of a wrong KDA result: exit $rc, expected 1; $(cat "$W/stdout" "$W/stderr")"
+  local name want args
+  while IFS='|' read -r name want args; do
+    # shellcheck disable=SC2086 # args: make-case flags, split on purpose
+    expect_ok "make-case $name" "$CGDR" make-case --out "$W/$name.case" $args
+    bad_run "KDA case $name" "$want" "$W/$name.case"
+  done <<'EOF'
+kda_bound_pos|options.gate_lower_bound: expected 0 (none) or a finite bound < 0, got 0.5|--lens 4,5 --per-channel-gate --raw-gate --gate-lower-bound 0.5
+kda_bound_g|options.gate_lower_bound: given without the raw gate 'a' it applies to|--lens 4,5 --per-channel-gate --gate-lower-bound -5
+kda_noalog|A_log: required tensor is missing|--lens 4,5 --per-channel-gate --raw-gate --no-a-log
+kda_decode_bound_pos|options.gate_lower_bound: expected 0 (none)|--decode --slots 0,1 --per-channel-gate --raw-gate --gate-lower-bound 2
+EOF
+  expect_error "--no-a-log without --raw-gate" "--no-a-log: only with --raw-gate" \
+    "$CGDR" make-case --out "$W/x.case" --per-channel-gate --no-a-log
+  expect_error "--gate-lower-bound nan" "--gate-lower-bound: expected a finite number" \
+    "$CGDR" make-case --out "$W/x.case" --raw-gate --gate-lower-bound nan
+  [ ! -e "$W/x.case" ] || fail "make-case wrote a case after a bad flag"
+  expect_no_temporaries "kda"
+}
+
 # The demo at a short length: writes its files to --dir, times (the median
 # of 5 calls, against the FP32 peak measured in the run and the recurrent
 # form), checks against FP64, passes. No progress on stderr: not a terminal.
@@ -628,7 +677,7 @@ section_demo() {
   expect_stdout_has "demo recurrent" "(the run is the recurrent form itself)"
 }
 
-SECTIONS="usage run_and_check layouts_and_dtypes bad_inputs hostile plan profile demo golden golden_bad_inputs serving serving_bad_inputs"
+SECTIONS="usage run_and_check layouts_and_dtypes bad_inputs hostile plan profile demo golden golden_bad_inputs serving serving_bad_inputs kda"
 case " $SECTIONS all " in
   *" $SECTION "*) ;;
   *) fail "unknown section '$SECTION' (one of: $SECTIONS all)" ;;
