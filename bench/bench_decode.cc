@@ -5,7 +5,7 @@
 //
 //   bench_decode [--n 512] [--nk 16] [--nv 32] [--dk 128] [--dv 128]
 //                [--layout vk|kv|both] [--pool f32|bf16|f16] [--threads 0]
-//                [--iters 15] [--json FILE]
+//                [--iters 15] [--k K] [--per-channel-gate 0|1] [--json FILE]
 #include <omp.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -36,15 +36,18 @@ struct Args {
   cgdr::DType pool = cgdr::DType::kF32;
   int threads = 0, iters = 15;
   int64_t K = 0;  // > 0: also a verify row (K draft tokens per sequence, docs/SPEC.md 6d) against K steps
+  bool per_channel_gate = false;  // g [N, Nv, Dk] (KDA, docs/SPEC.md 10) instead of [N, Nv]
   std::string json;
 };
 
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(stderr,
                "bench_decode: %s\nusage: bench_decode [--n N] [--nk NK] [--nv NV] [--dk DK] [--dv DV] "
-               "[--layout vk|kv|both] [--pool f32|bf16|f16] [--threads T] [--iters I] [--k K] [--json FILE]\n"
+               "[--layout vk|kv|both] [--pool f32|bf16|f16] [--threads T] [--iters I] [--k K] "
+               "[--per-channel-gate 0|1] [--json FILE]\n"
                "  --k K (1..16): also time verify, K tokens per sequence in one call with the state after each\n"
-               "  into its own pool slot, against K single steps (e.g. --n 64 --k 4)\n",
+               "  into its own pool slot, against K single steps (e.g. --n 64 --k 4)\n"
+               "  --per-channel-gate 1: KDA's gate, g [N, Nv, Dk] (one decay per key channel)\n",
                why);
   std::exit(2);
 }
@@ -74,6 +77,7 @@ Args Parse(int argc, char** argv) {
     else if (f == "--threads") a.threads = static_cast<int>(ParseInt("--threads", v, 0, 4096));
     else if (f == "--iters") a.iters = static_cast<int>(ParseInt("--iters", v, 1, 100000));
     else if (f == "--k") a.K = ParseInt("--k", v, 1, cgdr::kMaxDraftTokens);
+    else if (f == "--per-channel-gate") a.per_channel_gate = ParseInt("--per-channel-gate", v, 0, 1) != 0;
     else if (f == "--json") a.json = v;
     else if (f == "--layout") {
       a.layout = v;
@@ -163,7 +167,8 @@ struct Stepper {
     pool_bytes.resize(static_cast<size_t>(P * a.Nv * head) * es + 64);
     pool = pool_bytes.data() + (64 - reinterpret_cast<uintptr_t>(pool_bytes.data()) % 64) % 64;
     q.resize(N * K * a.Nk * a.Dk); k.resize(q.size()); v.resize(N * K * a.Nv * a.Dv);
-    beta.assign(N * K * a.Nv, 0.5f); g.assign(N * K * a.Nv, -0.05f); out.resize(N * K * a.Nv * a.Dv);
+    const int64_t gates = a.per_channel_gate ? a.Dk : 1;  // per (token, head)
+    beta.assign(N * K * a.Nv, 0.5f); g.assign(N * K * a.Nv * gates, -0.05f); out.resize(N * K * a.Nv * a.Dv);
     std::mt19937 rng(7);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (auto* buf : {&q, &k, &v}) for (float& x : *buf) x = nd(rng);
@@ -182,7 +187,8 @@ struct Stepper {
     in.key = cgdr::TensorView(k.data(), cgdr::DType::kF32, {N, a.Nk, a.Dk});
     in.value = cgdr::TensorView(v.data(), cgdr::DType::kF32, {N, a.Nv, a.Dv});
     in.beta = cgdr::TensorView(beta.data(), cgdr::DType::kF32, {N, a.Nv});
-    in.g = cgdr::TensorView(g.data(), cgdr::DType::kF32, {N, a.Nv});
+    in.g = a.per_channel_gate ? cgdr::TensorView(g.data(), cgdr::DType::kF32, {N, a.Nv, a.Dk})
+                              : cgdr::TensorView(g.data(), cgdr::DType::kF32, {N, a.Nv});
     in.state_pool = cgdr::TensorView(pool, pd, {P, a.Nv, kv ? a.Dk : a.Dv, kv ? a.Dv : a.Dk});
     in.state_indices = cgdr::TensorView(rows.data(), cgdr::DType::kI32, {N});
     o.out = cgdr::TensorView(out.data(), cgdr::DType::kF32, {N, a.Nv, a.Dv});
@@ -267,10 +273,10 @@ int main(int argc, char** argv) {
     }
   }
   const double copy_gbps = copier.moved() / Median(copy_t) / 1e9;
-  std::printf("decode step: N=%lld Nk=%lld Nv=%lld Dk=%lld Dv=%lld pool=%s threads=%d target=%s iters=%d\n",
+  std::printf("decode step: N=%lld Nk=%lld Nv=%lld Dk=%lld Dv=%lld pool=%s gate=%s threads=%d target=%s iters=%d\n",
               static_cast<long long>(a.N), static_cast<long long>(a.Nk), static_cast<long long>(a.Nv),
-              static_cast<long long>(a.Dk), static_cast<long long>(a.Dv), cgdr::DTypeName(a.pool), threads,
-              cgdr::ActiveTarget().c_str(), a.iters);
+              static_cast<long long>(a.Dk), static_cast<long long>(a.Dv), cgdr::DTypeName(a.pool),
+              a.per_channel_gate ? "per-channel" : "per-head", threads, cgdr::ActiveTarget().c_str(), a.iters);
   std::printf("memcpy of %.0f MiB: %.2f GB/s (read + written, median)\n", static_cast<double>(state_bytes) / (1 << 20),
               copy_gbps);
   std::printf("%-6s %12s %14s %10s %10s\n", "layout", "ms/step", "state MB/step", "GB/s", "% copy");
@@ -282,10 +288,11 @@ int main(int argc, char** argv) {
     char buf[512];
     std::snprintf(buf, sizeof buf,
                   "  {\"name\": \"decode_%s\", \"N\": %lld, \"Nk\": %lld, \"Nv\": %lld, \"Dk\": %lld, \"Dv\": %lld, "
-                  "\"state_dtype\": \"%s\", \"threads\": %d, \"seconds\": %.9g, \"state_bytes\": %.0f, "
-                  "\"gbps\": %.4f, \"copy_gbps\": %.4f, \"pct_copy\": %.2f}%s\n",
+                  "\"state_dtype\": \"%s\", \"per_channel_gate\": %s, \"threads\": %d, \"seconds\": %.9g, "
+                  "\"state_bytes\": %.0f, \"gbps\": %.4f, \"copy_gbps\": %.4f, \"pct_copy\": %.2f}%s\n",
                   st.name(), static_cast<long long>(a.N), static_cast<long long>(a.Nk), static_cast<long long>(a.Nv),
-                  static_cast<long long>(a.Dk), static_cast<long long>(a.Dv), cgdr::DTypeName(a.pool), threads, sec,
+                  static_cast<long long>(a.Dk), static_cast<long long>(a.Dv), cgdr::DTypeName(a.pool),
+                  a.per_channel_gate ? "true" : "false", threads, sec,
                   st.state_bytes, gbps, copy_gbps, pct, i + 1 < steppers.size() || a.K > 0 ? "," : "");
     json += buf;
     if (a.K > 0) {  // verify: one call of K tokens against K single steps (the row above), same run

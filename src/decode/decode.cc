@@ -27,6 +27,13 @@
 // bound by its bytes (1 read + K writes of each state) and, on a machine whose
 // steps already run at memory speed, gains at most 2K / (K + 1) over K steps
 // (SPEC 6d.2).
+//
+// KDA's per-channel gate (docs/SPEC.md 10): S_t = (I - beta k k^T) Diag(exp(g_t)) S_{t-1}
+// + beta k v^T, one decay per key channel. Every kernel below takes it as a
+// template flag (kPC): element i of a vk row, or row i of a kv head, is
+// multiplied by exp(g_t[i]) where the scalar gate multiplies by exp(g_t),
+// with no other change, so the scalar-gate kernels are untouched and channels
+// that all carry the head's decay give its bits (tests/decode_kda_test.cc).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "decode/decode.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -81,10 +88,13 @@ using PoolElem = std::conditional_t<kT == DType::kF32, float, uint16_t>;
 // dot -> reduce -> update -> dot -> reduce is latency-bound).
 // The rows are read from `src` and the updated rows written to `dst`: the
 // same head (in place) or another one.
-template <DType kT, int R>
+// kPC (the per-channel gate, KDA): element i of every row decays by ac[i]
+// instead of by a; the same operations lane for lane, so channels that all
+// decay by a give the scalar gate's bits.
+template <DType kT, int R, bool kPC = false>
 HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j0, int64_t Dk,
                            const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
-                           float beta, float a, float scale, float* HWY_RESTRICT o) {
+                           float beta, float a, const float* HWY_RESTRICT ac, float scale, float* HWY_RESTRICT o) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t full = Dk - Dk % L;  // vector part; the rest is a scalar tail
@@ -101,12 +111,13 @@ HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j
   for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d);
   for (int64_t i = 0; i < full; i += L) {
     const auto vk = hn::Load(d, k + i);
-    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::Mul(va, LoadVectorAs<kT>(d, row[r], i)), vk, acc[r]);
+    const auto vai = kPC ? hn::Load(d, ac + i) : va;
+    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::Mul(vai, LoadVectorAs<kT>(d, row[r], i)), vk, acc[r]);
   }
   float u[R];
   for (int r = 0; r < R; ++r) {
     float sk = hn::GetLane(hn::SumOfLanes(d, acc[r]));
-    for (int64_t i = full; i < Dk; ++i) sk += (a * LoadElementAs<kT>(row[r], i)) * k[i];
+    for (int64_t i = full; i < Dk; ++i) sk += ((kPC ? ac[i] : a) * LoadElementAs<kT>(row[r], i)) * k[i];
     u[r] = beta * (v[j0 + r] - sk);
   }
   // S = a S + k u^T; o = scale S^T q
@@ -118,8 +129,9 @@ HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j
   for (int64_t i = 0; i < full; i += L) {
     const auto vk = hn::Load(d, k + i);
     const auto vq = hn::Load(d, q + i);
+    const auto vai = kPC ? hn::Load(d, ac + i) : va;
     for (int r = 0; r < R; ++r) {
-      const auto s = hn::MulAdd(vk, vu[r], hn::Mul(va, LoadVectorAs<kT>(d, row[r], i)));
+      const auto s = hn::MulAdd(vk, vu[r], hn::Mul(vai, LoadVectorAs<kT>(d, row[r], i)));
       StoreVectorAs<kT>(d, s, out_row[r], i);
       acc[r] = hn::MulAdd(s, vq, acc[r]);
     }
@@ -127,7 +139,7 @@ HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j
   for (int r = 0; r < R; ++r) {
     float oq = hn::GetLane(hn::SumOfLanes(d, acc[r]));
     for (int64_t i = full; i < Dk; ++i) {
-      const float s = k[i] * u[r] + a * LoadElementAs<kT>(row[r], i);
+      const float s = k[i] * u[r] + (kPC ? ac[i] : a) * LoadElementAs<kT>(row[r], i);
       StoreElementAs<kT>(out_row[r], i, s);
       oq += s * q[i];
     }
@@ -137,28 +149,33 @@ HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j
 
 // Layout kv, first pass over rows [i0, i0 + R): acc += (a S_i)^T k_i for
 // each row in order (R rows per trip over acc halve its loads and stores;
-// the sum is the same, row by row).
-template <DType kT, int R>
+// the sum is the same, row by row). kPC (the per-channel gate): row i decays
+// by ac[i] instead of a.
+template <DType kT, int R, bool kPC = false>
 HWY_INLINE void AccumulateRowsKV(const PoolElem<kT>* HWY_RESTRICT S, int64_t i0, int64_t Dv,
-                                 const float* HWY_RESTRICT k, float a, float* HWY_RESTRICT acc) {
+                                 const float* HWY_RESTRICT k, float a, const float* HWY_RESTRICT ac,
+                                 float* HWY_RESTRICT acc) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t full = Dv - Dv % L;
   const auto va = hn::Set(d, a);
   const PoolElem<kT>* HWY_RESTRICT row[R];
-  hn::Vec<decltype(d)> vk[R];
+  hn::Vec<decltype(d)> vk[R], var[R];
+  float ar[R];
   for (int r = 0; r < R; ++r) {
     row[r] = S + (i0 + r) * Dv;
     PrefetchAhead(row[r], Dv * kDTypeBytes<kT>);
     vk[r] = hn::Set(d, k[i0 + r]);
+    ar[r] = kPC ? ac[i0 + r] : a;
+    var[r] = kPC ? hn::Set(d, ar[r]) : va;
   }
   for (int64_t j = 0; j < full; j += L) {
     auto x = hn::Load(d, acc + j);
-    for (int r = 0; r < R; ++r) x = hn::MulAdd(hn::Mul(va, LoadVectorAs<kT>(d, row[r], j)), vk[r], x);
+    for (int r = 0; r < R; ++r) x = hn::MulAdd(hn::Mul(kPC ? var[r] : va, LoadVectorAs<kT>(d, row[r], j)), vk[r], x);
     hn::Store(x, d, acc + j);
   }
   for (int64_t j = full; j < Dv; ++j) {
-    for (int r = 0; r < R; ++r) acc[j] += (a * LoadElementAs<kT>(row[r], j)) * k[i0 + r];
+    for (int r = 0; r < R; ++r) acc[j] += (ar[r] * LoadElementAs<kT>(row[r], j)) * k[i0 + r];
   }
 }
 
@@ -166,30 +183,33 @@ HWY_INLINE void AccumulateRowsKV(const PoolElem<kT>* HWY_RESTRICT S, int64_t i0,
 // acc += q_i S_i. It reads the head from L2, so it also prefetches the next
 // head (same sequence, usually this thread's next item) meanwhile.
 // `stream_to` (verify; rows of whole vectors, aligned): the updated rows also
-// go there with streaming stores in the same pass.
-template <DType kT, int R>
+// go there with streaming stores in the same pass. kPC: row i decays by ac[i].
+template <DType kT, int R, bool kPC = false>
 HWY_INLINE void UpdateRowsKV(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t i0, int64_t Dk, int64_t Dv,
                              const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT u,
-                             float a, float* HWY_RESTRICT acc, PoolElem<kT>* stream_to) {
+                             float a, const float* HWY_RESTRICT ac, float* HWY_RESTRICT acc, PoolElem<kT>* stream_to) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t full = Dv - Dv % L;
   const auto va = hn::Set(d, a);
   const PoolElem<kT>* row[R];
   PoolElem<kT>* out_row[R];
-  hn::Vec<decltype(d)> vk[R], vq[R];
+  hn::Vec<decltype(d)> vk[R], vq[R], var[R];
+  float ar[R];
   for (int r = 0; r < R; ++r) {
     row[r] = src + (i0 + r) * Dv;
     out_row[r] = dst + (i0 + r) * Dv;
     PrefetchAhead(row[r], Dv * kDTypeBytes<kT>, Dk * Dv * kDTypeBytes<kT>);
     vk[r] = hn::Set(d, k[i0 + r]);
     vq[r] = hn::Set(d, q[i0 + r]);
+    ar[r] = kPC ? ac[i0 + r] : a;
+    var[r] = kPC ? hn::Set(d, ar[r]) : va;
   }
   for (int64_t j = 0; j < full; j += L) {
     const auto vu = hn::Load(d, u + j);
     auto x = hn::Load(d, acc + j);
     for (int r = 0; r < R; ++r) {
-      const auto s = hn::MulAdd(vk[r], vu, hn::Mul(va, LoadVectorAs<kT>(d, row[r], j)));
+      const auto s = hn::MulAdd(vk[r], vu, hn::Mul(kPC ? var[r] : va, LoadVectorAs<kT>(d, row[r], j)));
       StoreVectorAs<kT>(d, s, out_row[r], j);
       if constexpr (kStreamableAs<kT>) {
         if (stream_to != nullptr) StoreVectorAs<kT, true>(d, s, stream_to + (i0 + r) * Dv, j);
@@ -200,7 +220,7 @@ HWY_INLINE void UpdateRowsKV(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t
   }
   for (int64_t j = full; j < Dv; ++j) {
     for (int r = 0; r < R; ++r) {
-      const float s = k[i0 + r] * u[j] + a * LoadElementAs<kT>(row[r], j);
+      const float s = k[i0 + r] * u[j] + ar[r] * LoadElementAs<kT>(row[r], j);
       StoreElementAs<kT>(out_row[r], j, s);
       acc[j] += q[i0 + r] * s;
     }
@@ -210,33 +230,33 @@ HWY_INLINE void UpdateRowsKV(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t
 // One head in layout vk, one token: S is [Dv][Dk] in the pool's dtype (rows
 // not padded), read from src and written to dst (the same head: in place); q
 // and k are padded with zeros to a multiple of the vector width. Writes
-// o[0..Dv).
-template <DType kT>
+// o[0..Dv). kPC: key channel i decays by ac[i] instead of a.
+template <DType kT, bool kPC = false>
 HWY_INLINE void StepHeadVKAs(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t Dk, int64_t Dv,
                              const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
-                             float beta, float a, float scale, float* HWY_RESTRICT o) {
+                             float beta, float a, const float* HWY_RESTRICT ac, float scale, float* HWY_RESTRICT o) {
   int64_t j = 0;
-  for (; j + 4 <= Dv; j += 4) StepRowsVK<kT, 4>(src, dst, j, Dk, q, k, v, beta, a, scale, o);
-  for (; j < Dv; ++j) StepRowsVK<kT, 1>(src, dst, j, Dk, q, k, v, beta, a, scale, o);
+  for (; j + 4 <= Dv; j += 4) StepRowsVK<kT, 4, kPC>(src, dst, j, Dk, q, k, v, beta, a, ac, scale, o);
+  for (; j < Dv; ++j) StepRowsVK<kT, 1, kPC>(src, dst, j, Dk, q, k, v, beta, a, ac, scale, o);
 }
 
 // One head in layout kv, one token: S is [Dk][Dv] in the pool's dtype, read
 // from src and written to dst (and streamed to `stream_to`, UpdateRowsKV). v
 // and the scratch buffers `acc` and `u` hold Dv floats padded to a multiple
-// of the vector width.
-template <DType kT>
+// of the vector width. kPC: row i (key channel i) decays by ac[i] instead of a.
+template <DType kT, bool kPC = false>
 HWY_INLINE void StepHeadKVAs(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t Dk, int64_t Dv,
                              const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
-                             float beta, float a, float scale, float* HWY_RESTRICT o, float* HWY_RESTRICT acc,
-                             float* HWY_RESTRICT u, PoolElem<kT>* stream_to = nullptr) {
+                             float beta, float a, const float* HWY_RESTRICT ac, float scale, float* HWY_RESTRICT o,
+                             float* HWY_RESTRICT acc, float* HWY_RESTRICT u, PoolElem<kT>* stream_to = nullptr) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t padded = (Dv + L - 1) / L * L;
   for (int64_t j = 0; j < padded; j += L) hn::Store(hn::Zero(d), d, acc + j);
   // acc = (a S)^T k, summed over rows in order.
   int64_t i = 0;
-  for (; i + 4 <= Dk; i += 4) AccumulateRowsKV<kT, 4>(src, i, Dv, k, a, acc);
-  for (; i < Dk; ++i) AccumulateRowsKV<kT, 1>(src, i, Dv, k, a, acc);
+  for (; i + 4 <= Dk; i += 4) AccumulateRowsKV<kT, 4, kPC>(src, i, Dv, k, a, ac, acc);
+  for (; i < Dk; ++i) AccumulateRowsKV<kT, 1, kPC>(src, i, Dv, k, a, ac, acc);
   // u = beta (v - acc); acc is reused for the output sums.
   const auto vb = hn::Set(d, beta);
   for (int64_t j = 0; j < padded; j += L) {
@@ -244,8 +264,8 @@ HWY_INLINE void StepHeadKVAs(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t
     hn::Store(hn::Zero(d), d, acc + j);
   }
   // S = a S + k u^T; acc = S^T q.
-  for (i = 0; i + 4 <= Dk; i += 4) UpdateRowsKV<kT, 4>(src, dst, i, Dk, Dv, q, k, u, a, acc, stream_to);
-  for (; i < Dk; ++i) UpdateRowsKV<kT, 1>(src, dst, i, Dk, Dv, q, k, u, a, acc, stream_to);
+  for (i = 0; i + 4 <= Dk; i += 4) UpdateRowsKV<kT, 4, kPC>(src, dst, i, Dk, Dv, q, k, u, a, ac, acc, stream_to);
+  for (; i < Dk; ++i) UpdateRowsKV<kT, 1, kPC>(src, dst, i, Dk, Dv, q, k, u, a, ac, acc, stream_to);
   for (int64_t j = 0; j < Dv; ++j) o[j] = scale * acc[j];
 }
 
@@ -277,7 +297,8 @@ HWY_INLINE void CopyOut(const void* HWY_RESTRICT from, void* HWY_RESTRICT to, in
 // token is bit for bit a single step (StepRowsVK) with one pass over the rows
 // instead of two. `stream_to`: the destination rows, written in the same
 // pass with streaming stores (aligned rows, no scalar tail), or null.
-template <DType kT, int R>
+// kPC: the per-channel gate, element i of the rows decays by h.decay_ch.
+template <DType kT, int R, bool kPC = false>
 HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, int64_t t, int64_t j0, const PoolElem<kT>* from,
                                   PoolElem<kT>* stream_to, float* HWY_RESTRICT sk, bool next) {
   const hn::ScalableTag<float> d;
@@ -287,6 +308,8 @@ HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, int64_t t, int64_t j0, co
   const float* HWY_RESTRICT k1 = next ? k + h.row : k;
   const float a = h.decay[t], a1 = next ? h.decay[t + 1] : 0.0f;
   const auto va = hn::Set(d, a), va1 = hn::Set(d, a1);
+  const float* HWY_RESTRICT ac = kPC ? h.decay_ch + t * h.row : nullptr;   // this token's decays
+  const float* HWY_RESTRICT ac1 = kPC && next ? ac + h.row : ac;           // the next token's
   auto* carry = static_cast<PoolElem<kT>*>(h.carry);
   float u[R];
   hn::Vec<decltype(d)> vu[R], oacc[R], nacc[R];
@@ -300,9 +323,11 @@ HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, int64_t t, int64_t j0, co
     const auto vk = hn::Load(d, k + i);
     const auto vq = hn::Load(d, q + i);
     const auto vk1 = hn::Load(d, k1 + i);
+    const auto vai = kPC ? hn::Load(d, ac + i) : va;
+    const auto vai1 = kPC && next ? hn::Load(d, ac1 + i) : va1;
     for (int r = 0; r < R; ++r) {
       const int64_t row = (j0 + r) * Dk;
-      const auto s = hn::MulAdd(vk, vu[r], hn::Mul(va, LoadVectorAs<kT>(d, from + row, i)));
+      const auto s = hn::MulAdd(vk, vu[r], hn::Mul(vai, LoadVectorAs<kT>(d, from + row, i)));
       StoreVectorAs<kT>(d, s, carry + row, i);
       if constexpr (kStreamableAs<kT>) {
         if (stream_to != nullptr) StoreVectorAs<kT, true>(d, s, stream_to + row, i);
@@ -310,7 +335,7 @@ HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, int64_t t, int64_t j0, co
       oacc[r] = hn::MulAdd(s, vq, oacc[r]);
       if (next) {
         const auto stored = kT == DType::kF32 ? s : LoadVectorAs<kT>(d, carry + row, i);
-        nacc[r] = hn::MulAdd(hn::Mul(va1, stored), vk1, nacc[r]);
+        nacc[r] = hn::MulAdd(hn::Mul(vai1, stored), vk1, nacc[r]);
       }
     }
   }
@@ -318,14 +343,14 @@ HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, int64_t t, int64_t j0, co
     const int64_t row = (j0 + r) * Dk;
     float oq = hn::GetLane(hn::SumOfLanes(d, oacc[r]));
     for (int64_t i = full; i < Dk; ++i) {
-      const float s = k[i] * u[r] + a * LoadElementAs<kT>(from + row, i);
+      const float s = k[i] * u[r] + (kPC ? ac[i] : a) * LoadElementAs<kT>(from + row, i);
       StoreElementAs<kT>(carry + row, i, s);
       oq += s * q[i];
     }
     h.o[t * h.row + j0 + r] = h.scale * oq;
     if (!next) continue;
     sk[r] = hn::GetLane(hn::SumOfLanes(d, nacc[r]));
-    for (int64_t i = full; i < Dk; ++i) sk[r] += (a1 * LoadElementAs<kT>(carry + row, i)) * k1[i];
+    for (int64_t i = full; i < Dk; ++i) sk[r] += ((kPC ? ac1[i] : a1) * LoadElementAs<kT>(carry + row, i)) * k1[i];
   }
 }
 
@@ -333,7 +358,7 @@ HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, int64_t t, int64_t j0, co
 // from the source once, kept in the carry buffer (L1) between tokens, each
 // token's rows written to its destination once. `stream`: every destination
 // row is aligned for whole-vector streaming stores.
-template <DType kT, int R>
+template <DType kT, int R, bool kPC = false>
 HWY_INLINE void VerifyRowsVK(const HeadTokens& h, int64_t j0, bool stream) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d)), Dk = h.Dk, full = Dk - Dk % L;
@@ -342,32 +367,40 @@ HWY_INLINE void VerifyRowsVK(const HeadTokens& h, int64_t j0, bool stream) {
   PrefetchAhead(src + j0 * Dk, R * Dk * kDTypeBytes<kT>);
   // Token 0's sums (a S)^T k from the source, as StepRowsVK forms them.
   const auto va = hn::Set(d, h.decay[0]);
+  const float* HWY_RESTRICT ac = h.decay_ch;  // token 0's per-channel decays (kPC)
   hn::Vec<decltype(d)> acc[R];
   for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d);
   for (int64_t i = 0; i < full; i += L) {
     const auto vk = hn::Load(d, h.k + i);
-    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::Mul(va, LoadVectorAs<kT>(d, src + (j0 + r) * Dk, i)), vk, acc[r]);
+    const auto vai = kPC ? hn::Load(d, ac + i) : va;
+    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::Mul(vai, LoadVectorAs<kT>(d, src + (j0 + r) * Dk, i)), vk, acc[r]);
   }
   float sk[R];
   for (int r = 0; r < R; ++r) {
     sk[r] = hn::GetLane(hn::SumOfLanes(d, acc[r]));
-    for (int64_t i = full; i < Dk; ++i) sk[r] += (h.decay[0] * LoadElementAs<kT>(src + (j0 + r) * Dk, i)) * h.k[i];
+    for (int64_t i = full; i < Dk; ++i) {
+      sk[r] += ((kPC ? ac[i] : h.decay[0]) * LoadElementAs<kT>(src + (j0 + r) * Dk, i)) * h.k[i];
+    }
   }
   for (int64_t t = 0; t < h.K; ++t) {
     auto* to = static_cast<PoolElem<kT>*>(h.dst[t]);
-    VerifyTokenRowsVK<kT, R>(h, t, j0, t == 0 ? src : carry, stream ? to : nullptr, sk, t + 1 < h.K);
+    VerifyTokenRowsVK<kT, R, kPC>(h, t, j0, t == 0 ? src : carry, stream ? to : nullptr, sk, t + 1 < h.K);
     if (to != nullptr && !stream) CopyOut(carry + j0 * Dk, to + j0 * Dk, R * Dk * kDTypeBytes<kT>);
   }
 }
 
 // Whether every destination row of an item (rows of `row` elements) can take
 // whole-vector streaming stores: rows of whole vectors, each destination
-// aligned to a vector.
+// aligned to a vector. Not where a stored vector is under 16 bytes (a 16-bit
+// pool on a 128-bit target): Highway's Stream of a partial x86 vector is a
+// whole 16-byte movntdq, which needs 16-byte alignment and writes past the
+// lanes (it faulted, and would write past a row's end).
 template <DType kT>
 HWY_INLINE bool StreamsRows(const HeadTokens& h, int64_t row) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   if (!kStreamableAs<kT> || row % L != 0) return false;
+  if (HWY_TARGET != HWY_SCALAR && L * kDTypeBytes<kT> < 16) return false;
   const auto vector_bytes = static_cast<uintptr_t>(L * kDTypeBytes<kT>);
   for (int64_t t = 0; t < h.K; ++t) {
     if (reinterpret_cast<uintptr_t>(h.dst[t]) % vector_bytes != 0) return false;
@@ -377,13 +410,14 @@ HWY_INLINE bool StreamsRows(const HeadTokens& h, int64_t row) {
 
 // An item's K tokens in layout vk (HeadTokens). A single step whose
 // destination is its source runs in place; otherwise each block of rows runs
-// all K tokens (VerifyRowsVK).
-template <DType kT>
+// all K tokens (VerifyRowsVK). kPC: the per-channel gate (h.decay_ch).
+template <DType kT, bool kPC>
 HWY_INLINE void StepTokensVK(const HeadTokens& h) {
   if (h.InPlace()) {
     auto* S = static_cast<PoolElem<kT>*>(h.dst[0]);
     const auto token = [&](int64_t j0, auto rows) {
-      StepRowsVK<kT, decltype(rows)::value>(S, S, j0, h.Dk, h.q, h.k, h.v, h.beta[0], h.decay[0], h.scale, h.o);
+      StepRowsVK<kT, decltype(rows)::value, kPC>(S, S, j0, h.Dk, h.q, h.k, h.v, h.beta[0], h.decay[0], h.decay_ch,
+                                                 h.scale, h.o);
     };
     int64_t j = 0;
     for (; j + 4 <= h.Dv; j += 4) token(j, std::integral_constant<int, 4>());
@@ -392,20 +426,22 @@ HWY_INLINE void StepTokensVK(const HeadTokens& h) {
   }
   const bool stream = StreamsRows<kT>(h, h.Dk);
   int64_t j = 0;
-  for (; j + 4 <= h.Dv; j += 4) VerifyRowsVK<kT, 4>(h, j, stream);
-  for (; j < h.Dv; ++j) VerifyRowsVK<kT, 1>(h, j, stream);
+  for (; j + 4 <= h.Dv; j += 4) VerifyRowsVK<kT, 4, kPC>(h, j, stream);
+  for (; j < h.Dv; ++j) VerifyRowsVK<kT, 1, kPC>(h, j, stream);
 }
 
 // An item's K tokens in layout kv: a single step whose destination is its
 // source in place; otherwise the whole head through the carry buffer (in L2),
 // each token's state streamed to its destination in its update pass where
-// the rows take it (StreamsRows), else copied out after it.
-template <DType kT>
+// the rows take it (StreamsRows), else copied out after it. kPC: the
+// per-channel gate (h.decay_ch).
+template <DType kT, bool kPC>
 HWY_INLINE void StepTokensKV(const HeadTokens& h) {
   const auto* src = static_cast<const PoolElem<kT>*>(h.src);
   const auto token = [&](int64_t t, const PoolElem<kT>* from, PoolElem<kT>* to, PoolElem<kT>* stream_to) {
-    StepHeadKVAs<kT>(from, to, h.Dk, h.Dv, h.q + t * h.row, h.k + t * h.row, h.v + t * h.row, h.beta[t], h.decay[t],
-                     h.scale, h.o + t * h.row, h.acc, h.u, stream_to);
+    StepHeadKVAs<kT, kPC>(from, to, h.Dk, h.Dv, h.q + t * h.row, h.k + t * h.row, h.v + t * h.row, h.beta[t],
+                          h.decay[t], kPC ? h.decay_ch + t * h.row : nullptr, h.scale, h.o + t * h.row, h.acc, h.u,
+                          stream_to);
   };
   if (h.InPlace()) {
     auto* S = static_cast<PoolElem<kT>*>(h.dst[0]);
@@ -425,10 +461,11 @@ HWY_INLINE void StepTokensKV(const HeadTokens& h) {
 void StepHeadTokens(const HeadTokens& h, DType pool, StateLayout layout) {
   ForDType(pool, [&](auto tag) {
     constexpr DType kT = decltype(tag)::value;
+    const bool per_channel = h.decay_ch != nullptr;
     if (layout == StateLayout::kVK) {
-      StepTokensVK<kT>(h);
+      per_channel ? StepTokensVK<kT, true>(h) : StepTokensVK<kT, false>(h);
     } else {
-      StepTokensKV<kT>(h);
+      per_channel ? StepTokensKV<kT, true>(h) : StepTokensKV<kT, false>(h);
     }
   });
   hwy::FlushStream();  // the copies' streaming stores ordered before the call returns
@@ -436,8 +473,18 @@ void StepHeadTokens(const HeadTokens& h, DType pool, StateLayout layout) {
 
 // The gate in the kernel (gate-inl.h), dispatched: x[0, n) raw gate a in,
 // log-decays out; beta = sigmoid(b) in place.
-void GateValues(float* HWY_RESTRICT x, int64_t n, float a_log, float dt_bias) {
-  GateRow(x, n, MakeHeadGate(a_log, dt_bias));
+void GateValues(float* HWY_RESTRICT x, int64_t n, float a_log, float dt_bias, float lower_bound, bool has_a_log) {
+  GateRow(x, n, MakeHeadGate(a_log, dt_bias, lower_bound, has_a_log));
+}
+
+// KDA's per-channel gate (gate-inl.h GateChannels): x[0, n) one token's raw
+// gates of one head's n = Dk key channels in, log-decays out; bias: the head's
+// Dk dt_bias values as f32, or null (none).
+void GateChannelValues(float* HWY_RESTRICT x, int64_t n, float a_log, float lower_bound, bool has_a_log,
+                       const float* HWY_RESTRICT bias) {
+  HeadGate gate = MakeHeadGate(a_log, 0.0f, lower_bound, has_a_log);
+  gate.dt_bias_row = bias;
+  GateChannels(x, n, gate);
 }
 
 void SigmoidValues(float* HWY_RESTRICT x, int64_t n) { SigmoidRow(x, n); }
@@ -477,6 +524,7 @@ namespace cgdr {
 
 HWY_EXPORT(StepHeadTokens);
 HWY_EXPORT(GateValues);
+HWY_EXPORT(GateChannelValues);
 HWY_EXPORT(SigmoidValues);
 HWY_EXPORT(BF16ToF32Row);
 HWY_EXPORT(F32ToBF16Row);
@@ -494,6 +542,8 @@ struct alignas(64) ItemScratch {
   float q[kMaxK][kBuf], k[kMaxK][kBuf], v[kMaxK][kBuf], o[kMaxK][kBuf];
   float acc[kBuf], u[kBuf];
   float beta[kMaxK], decay[kMaxK];
+  float decay_ch[kMaxK][kBuf];  // the per-channel gate (KDA): exp(g) per key channel of each token
+  float bias[kBuf];             // the head's per-channel dt_bias as f32
   void* dst[kMaxK];
 };
 
@@ -515,20 +565,53 @@ uint8_t* ElementAt(const TensorView& t, int64_t index) {
   return static_cast<uint8_t*>(t.data) + index * static_cast<int64_t>(DTypeSize(t.dtype));
 }
 
+// The per-channel gate (KDA, docs/SPEC.md 10): exp(g) of each key channel of
+// each of the item's K tokens into sc.decay_ch, from g [.., Nv, Dk] or from
+// the raw gate a [.., Nv, Dk] with dt_bias [Nv * Dk] (GateChannels, as
+// prefill computes it); the padding past Dk is 1 (no decay). exp is
+// std::exp, as the scalar gate's: channels that all carry the head's g give
+// its bits.
+void LoadChannelDecays(const DecodeProblem& p, const DecodeInputs& in, int64_t n, int64_t h, ItemScratch& sc) {
+  const int64_t K = p.K, Nv = p.Nv, Dk = p.Dk;
+  const bool has_a_log = in.A_log.present();
+  const float a_log = p.has_gate && has_a_log ? LoadAsF32(in.A_log.data, in.A_log.dtype, h) : 0.0f;
+  const bool has_bias = p.has_gate && in.dt_bias.present();
+  if (has_bias) {
+    for (int64_t i = 0; i < Dk; ++i) sc.bias[i] = LoadAsF32(in.dt_bias.data, in.dt_bias.dtype, h * Dk + i);
+  }
+  for (int64_t j = 0; j < K; ++j) {
+    float* x = sc.decay_ch[j];
+    const int64_t at = ((n * K + j) * Nv + h) * Dk;
+    if (p.has_g) {
+      for (int64_t i = 0; i < Dk; ++i) x[i] = LoadAsF32(in.g.data, p.g_dtype, at + i);
+    } else {
+      for (int64_t i = 0; i < Dk; ++i) x[i] = LoadAsF32(in.a.data, in.a.dtype, at + i);
+      HWY_DYNAMIC_DISPATCH(GateChannelValues)(x, Dk, a_log, static_cast<float>(p.options.gate_lower_bound), has_a_log,
+                                              has_bias ? sc.bias : nullptr);
+    }
+    for (int64_t i = 0; i < Dk; ++i) x[i] = std::exp(x[i]);
+    for (int64_t i = Dk; i < kBuf; ++i) x[i] = 1.0f;
+    sc.decay[j] = 1.0f;  // unused with decay_ch
+  }
+}
+
 // beta and exp(g) of each of the item's K tokens (rows n * K + j of the flat
 // token axis): the gate in the kernel and beta's sigmoid as prefill computes
-// them (gate-inl.h).
+// them (gate-inl.h); the per-channel gate's decays (LoadChannelDecays).
 void LoadTokenScalars(const DecodeProblem& p, const DecodeInputs& in, int64_t n, int64_t h, ItemScratch& sc) {
   const int64_t K = p.K, Nv = p.Nv;
   for (int64_t j = 0; j < K; ++j) sc.beta[j] = LoadAsF32(in.beta.data, p.dtype, (n * K + j) * Nv + h);
   if (p.options.use_beta_sigmoid) HWY_DYNAMIC_DISPATCH(SigmoidValues)(sc.beta, K);
+  if (p.per_channel_gate) return LoadChannelDecays(p, in, n, h, sc);
   for (int64_t j = 0; j < K; ++j) {
     sc.decay[j] = p.has_g ? LoadAsF32(in.g.data, p.g_dtype, (n * K + j) * Nv + h)
                   : p.has_gate ? LoadAsF32(in.a.data, in.a.dtype, (n * K + j) * Nv + h) : 0.0f;
   }
   if (p.has_gate) {
     const float dt_bias = in.dt_bias.present() ? LoadAsF32(in.dt_bias.data, in.dt_bias.dtype, h) : 0.0f;
-    HWY_DYNAMIC_DISPATCH(GateValues)(sc.decay, K, LoadAsF32(in.A_log.data, in.A_log.dtype, h), dt_bias);
+    const bool has_a_log = in.A_log.present();
+    HWY_DYNAMIC_DISPATCH(GateValues)(sc.decay, K, has_a_log ? LoadAsF32(in.A_log.data, in.A_log.dtype, h) : 0.0f,
+                                     dt_bias, static_cast<float>(p.options.gate_lower_bound), has_a_log);
   }
   for (int64_t j = 0; j < K; ++j) sc.decay[j] = (p.has_g || p.has_gate) ? std::exp(sc.decay[j]) : 1.0f;
 }
@@ -596,6 +679,7 @@ void RunItem(const DecodeProblem& p, const DecodeInputs& in, const DecodeOutputs
   ht.o = sc.o[0];
   ht.beta = sc.beta;
   ht.decay = sc.decay;
+  ht.decay_ch = p.per_channel_gate ? sc.decay_ch[0] : nullptr;
   ht.scale = static_cast<float>(p.scale);
   ht.src = S;
   ht.dst = sc.dst;

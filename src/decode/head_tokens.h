@@ -16,6 +16,10 @@ struct HeadTokens {
   float* o = nullptr;
   const float* beta = nullptr;   // [K]
   const float* decay = nullptr;  // [K]: exp(g)
+  // The per-channel gate (KDA, docs/SPEC.md 10): [K] rows of `row` floats,
+  // exp(g) of each key channel of each token (layout kv: row i of S decays by
+  // decay_ch[i]; vk: column i); null: every channel decays by decay[t].
+  const float* decay_ch = nullptr;
   float scale = 1.0f;
   const void* src = nullptr;      // the state in the pool, read once
   void* const* dst = nullptr;     // [K]: where the state after token j goes (null: nowhere)
