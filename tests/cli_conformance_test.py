@@ -291,8 +291,7 @@ CASE_ROWS = [
     # test_kda_algo; make-case, decode and verify: cli_test.sh's kda section.
     ("g", {"kda": "g"}, None),
     ("g", {"kda": "g", "extra": {"g": ("f32", (sum(LENS), NV, DK + 1), raw([0] * (sum(LENS) * NV * (DK + 1)), "f32"))}},
-     r"g: expected shape \[T, Nv\] \(one log-decay per head\) or \[T, Nv, Dk\] \(one per key channel\) = "
-     r"\[57, 4, 24\], got \[57, 4, 25\]"),
+     r"g: expected shape \[T, Nv, Dk\] = \[57, 4, 24\], got \[57, 4, 25\]"),
     ("a", {"kda": "raw"}, None),
     ("dt_bias", {"kda": "raw", "extra": {"dt_bias": ("f32", (NV,), raw([0] * NV, "f32"))}},
      r"dt_bias: expected shape \[Nv \* Dk\] \(a per-channel gate\) = \[96\], got \[4\]"),

@@ -68,13 +68,13 @@ std::string EnumText(E e) { return std::to_string(static_cast<int>(e)); }
 // this binding stops compiling: name the new field here, then give it a row.
 std::vector<std::pair<std::string, std::string>> OptionFields(const Options& o) {
   const auto& [scale, use_qk_l2norm, state_layout, algo, threads, check_values, v_step, dk_bucket, precision, engine,
-                checkpoint_every, state_slot_stride, use_beta_sigmoid, qk_l2norm_eps] = o;
+                checkpoint_every, state_slot_stride, use_beta_sigmoid, qk_l2norm_eps, gate_lower_bound] = o;
   return {{"scale", Text(scale)},         {"use_qk_l2norm", Text(use_qk_l2norm)}, {"state_layout", EnumText(state_layout)},
           {"algo", EnumText(algo)},       {"threads", Text(threads)},             {"check_values", Text(check_values)},
           {"v_step", Text(v_step)},       {"dk_bucket", Text(dk_bucket)},         {"precision", EnumText(precision)},
           {"engine", EnumText(engine)},   {"checkpoint_every", Text(checkpoint_every)},
           {"state_slot_stride", Text(state_slot_stride)}, {"use_beta_sigmoid", Text(use_beta_sigmoid)},
-          {"qk_l2norm_eps", Text(qk_l2norm_eps)}};
+          {"qk_l2norm_eps", Text(qk_l2norm_eps)},         {"gate_lower_bound", Text(gate_lower_bound)}};
 }
 
 // The option setters of the C API, as include/cgdr/cgdr.h declares them.
@@ -151,6 +151,10 @@ Setter BetaSigmoid() {
 Setter L2normEps(double eps) {
   return {"qk_l2norm_eps", [eps](Options* o) { o->qk_l2norm_eps = eps; },
           [eps](cgdr_options* h) { return cgdr_options_set_qk_l2norm_eps(h, eps); }};
+}
+Setter GateLowerBound(double bound) {
+  return {"gate_lower_bound", [bound](Options* o) { o->gate_lower_bound = bound; },
+          [bound](cgdr_options* h) { return cgdr_options_set_gate_lower_bound(h, bound); }};
 }
 Setter NoOption() {  // tensor rows: the inputs change, not the options
   return {"", [](Options*) {}, [](cgdr_options*) { return CGDR_OK; }};
@@ -283,6 +287,13 @@ std::vector<Row> Rows() {
       // need their tensor (decode ignores the option); a stride below a slot is
       // refused by both, a negative one by the C setter too.
       {"use_beta_sigmoid", {}, BetaSigmoid(), Shows::kOutcome, Shows::kOutcome},
+      // KDA's bounded gate (SPEC 10): read only with the raw gate a.
+      {"gate_lower_bound=-5 without a", {}, GateLowerBound(-5.0), Shows::kOutcome, Shows::kOutcome,
+       "options.gate_lower_bound: given without the raw gate 'a' it applies to",
+       "options.gate_lower_bound: given without the raw gate 'a' it applies to"},
+      {"gate_lower_bound=0.5", {}, GateLowerBound(0.5), Shows::kOutcome, Shows::kOutcome,
+       "options.gate_lower_bound: expected 0 (none) or a finite bound < 0, got 0.5",
+       "options.gate_lower_bound: expected 0 (none) or a finite bound < 0, got 0.5"},
       {"checkpoint_every=8 without checkpoint_states", {}, CheckpointEvery(8), Shows::kOutcome, Shows::kSame,
        "checkpoint_states: required tensor is missing (options.checkpoint_every = 8)"},
       {"checkpoint_every=-1", {}, CheckpointEvery(-1), Shows::kOutcome, Shows::kSame,
@@ -487,6 +498,7 @@ void ExpectDecodeMatchesReference(DecodeCase& d, const Options& opt, const Bytes
   decode_opt.scale = opt.scale;
   decode_opt.use_qk_l2norm = opt.use_qk_l2norm;
   decode_opt.qk_l2norm_eps = opt.qk_l2norm_eps;
+  decode_opt.gate_lower_bound = opt.gate_lower_bound;
   decode_opt.state_layout = opt.state_layout;
   decode_opt.threads = opt.threads;
   Problem p;

@@ -94,11 +94,18 @@ struct Options {
   int64_t state_slot_stride = 0;  // elements from one slot (first index) of a state tensor or pool to the next; 0: dense
   bool use_beta_sigmoid = false;  // beta = sigmoid(the beta tensor): it holds the raw projection b
   double qk_l2norm_eps = 1e-6;    // eps of use_qk_l2norm (SPEC 1): fla's and transformers' 1e-6; vLLM-CPU's ops use 1e-5
+  // The gate in the kernel with a lower bound (docs/SPEC.md 10, fla's KDA
+  // gate): 0 (default) none, g = -exp(A_log) * softplus(a + dt_bias); else a
+  // finite bound < 0 and g = bound * sigmoid(exp(A_log) * (a + dt_bias))
+  // (A_log absent: sigmoid(a + dt_bias)), so bound < g < 0.
+  double gate_lower_bound = 0.0;
 };
 
 // The inputs of SPEC 2. Shapes: query/key [T,Nk,Dk], value [T,Nv,Dv],
 // beta [T,Nv], g [T,Nv] (optional), initial_state [B,Nv,Dv,Dk] or kv
 // (optional), seq_lens [B] int32.
+// KDA (docs/SPEC.md 10): g [T,Nv,Dk] is a log-decay per key channel (the
+// per-channel gate); a [T,Nv,Dk] with dt_bias [Nv*Dk] its raw gate.
 // Serving (docs/SPEC.md 6d), all optional:
 //   a [T,Nv], A_log [Nv], dt_bias [Nv]: the gate in the kernel,
 //     g = -exp(A_log) * softplus(a + dt_bias) (dt_bias absent: 0); not with g.
@@ -151,6 +158,9 @@ struct Problem {
   std::vector<int64_t> seq_lens;    // copied from the int32 tensor
   // Serving (docs/SPEC.md 6d).
   bool has_gate = false;            // g from a, A_log, dt_bias in the kernel
+  // KDA (docs/SPEC.md 10): g (or a) is [T, Nv, Dk], one log-decay per key
+  // channel, instead of [T, Nv].
+  bool per_channel_gate = false;
   std::vector<int32_t> state_slots; // state_indices copied (empty: state b is slot b)
   int64_t slot_stride = 0;          // elements between state slots (Validate resolves 0 to Nv * Dk * Dv)
   int64_t checkpoints = 0;          // rows of checkpoint_states

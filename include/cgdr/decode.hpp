@@ -55,6 +55,7 @@ struct DecodeProblem {
   bool has_g = false;
   DType g_dtype = DType::kF32;
   bool has_gate = false;            // g from a, A_log, dt_bias
+  bool per_channel_gate = false;    // g (or a) is [N, Nv, Dk] / [N, K, Nv, Dk]: KDA (docs/SPEC.md 10)
   DType state_dtype = DType::kF32;  // of the pool
   int64_t slot_stride = 0;          // elements between pool slots (resolved: Nv * Dk * Dv when dense)
   double scale = 0.0;               // resolved (never 0)

@@ -65,9 +65,10 @@ Case MakeCase(const CaseSpec& spec) {
   } else {
     FillUniform(c.beta, spec.dtype, T * spec.Nv, 0.05, 0.95, rng);
   }
+  const int64_t per_head = spec.per_channel_gate ? spec.Dk : 1;  // gates per (token, head)
   if (spec.has_g && !spec.raw_gate) {
-    c.g = Alloc(T * spec.Nv, spec.g_dtype);
-    FillUniform(c.g, spec.g_dtype, T * spec.Nv, spec.g_min, spec.g_max, rng);
+    c.g = Alloc(T * spec.Nv * per_head, spec.g_dtype);
+    FillUniform(c.g, spec.g_dtype, T * spec.Nv * per_head, spec.g_min, spec.g_max, rng);
   }
   const int64_t state_n = B * spec.Nv * spec.Dk * spec.Dv;
   if (spec.has_initial_state) {
@@ -75,12 +76,12 @@ Case MakeCase(const CaseSpec& spec) {
     FillUniform(c.initial_state, spec.state_dtype, state_n, -0.5, 0.5, rng);
   }
   if (spec.raw_gate) {  // drawn last: the other tensors are those of the same spec without it
-    c.a = Alloc(T * spec.Nv, spec.g_dtype);
+    c.a = Alloc(T * spec.Nv * per_head, spec.g_dtype);
     c.A_log = Alloc(spec.Nv, DType::kF32);
-    c.dt_bias = Alloc(spec.Nv, DType::kF32);
-    FillUniform(c.a, spec.g_dtype, T * spec.Nv, -3.0, 0.5, rng);
+    c.dt_bias = Alloc(spec.Nv * per_head, DType::kF32);
+    FillUniform(c.a, spec.g_dtype, T * spec.Nv * per_head, -3.0, 0.5, rng);
     FillUniform(c.A_log, DType::kF32, spec.Nv, -1.0, 0.5, rng);
-    FillUniform(c.dt_bias, DType::kF32, spec.Nv, -1.0, 0.0, rng);
+    FillUniform(c.dt_bias, DType::kF32, spec.Nv * per_head, -1.0, 0.0, rng);
   }
   c.out = Alloc(T * spec.Nv * spec.Dv, spec.dtype);
   if (spec.want_final_state) c.final_state = Alloc(state_n, spec.has_initial_state ? spec.state_dtype : spec.dtype);
@@ -95,11 +96,13 @@ Inputs Case::inputs() {
   in.key = TensorView(key.data(), s.dtype, {T, s.Nk, s.Dk});
   in.value = TensorView(value.data(), s.dtype, {T, s.Nv, s.Dv});
   in.beta = TensorView(beta.data(), s.dtype, {T, s.Nv});
-  if (s.has_g && !s.raw_gate) in.g = TensorView(g.data(), s.g_dtype, {T, s.Nv});
+  const std::vector<int64_t> gate_shape =
+      s.per_channel_gate ? std::vector<int64_t>{T, s.Nv, s.Dk} : std::vector<int64_t>{T, s.Nv};
+  if (s.has_g && !s.raw_gate) in.g = TensorView(g.data(), s.g_dtype, gate_shape);
   if (s.raw_gate) {
-    in.a = TensorView(a.data(), s.g_dtype, {T, s.Nv});
+    in.a = TensorView(a.data(), s.g_dtype, gate_shape);
     in.A_log = TensorView(A_log.data(), DType::kF32, {s.Nv});
-    in.dt_bias = TensorView(dt_bias.data(), DType::kF32, {s.Nv});
+    in.dt_bias = TensorView(dt_bias.data(), DType::kF32, {s.per_channel_gate ? s.Nv * s.Dk : s.Nv});
   }
   const bool kv = s.layout == StateLayout::kKV;
   const std::vector<int64_t> sshape{B, s.Nv, kv ? s.Dk : s.Dv, kv ? s.Dv : s.Dk};
@@ -133,6 +136,7 @@ Options Case::options() const {
   o.state_layout = spec.layout;
   o.use_qk_l2norm = spec.use_qk_l2norm;
   o.use_beta_sigmoid = spec.beta_sigmoid;
+  o.gate_lower_bound = spec.gate_lower_bound;
   return o;
 }
 

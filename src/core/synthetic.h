@@ -31,6 +31,11 @@ struct CaseSpec {
   // dt_bias) in [-1.6, 0]), and beta as raw logits b in [-3, 3].
   bool raw_gate = false;
   bool beta_sigmoid = false;
+  // KDA (docs/SPEC.md 10): g (or a) per key channel, [T, Nv, Dk], and with
+  // raw_gate dt_bias [Nv * Dk]; gate_lower_bound != 0 (with raw_gate) draws
+  // the bounded gate lower_bound * sigmoid(exp(A_log) (a + dt_bias)).
+  bool per_channel_gate = false;
+  double gate_lower_bound = 0.0;
 };
 
 // Storage on 64-byte lines, as torch and most allocators of large tensors

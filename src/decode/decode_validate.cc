@@ -116,7 +116,7 @@ Status ValidateDecode(const DecodeInputs& in, const DecodeOutputs& out, const Op
   const TokenAxis axis = in.query.rank == 4 ? TokenAxis::kDraftTokens : TokenAxis::kSequences;
   TokenDims dims;
   CGDR_TRY(CheckTokenInputs(axis, in.query, in.key, in.value, in.beta, in.g, &dims));
-  CGDR_TRY(CheckGate(GateViews{in.a, in.A_log, in.dt_bias}, in.g, dims));
+  CGDR_TRY(CheckGate(GateViews{in.a, in.A_log, in.dt_bias}, in.g, opt.gate_lower_bound, &dims));
   const int64_t N = dims.tokens, K = dims.per_sequence, Nk = dims.Nk, Nv = dims.Nv, Dk = dims.Dk, Dv = dims.Dv;
   const DType dt = dims.dtype;
 
@@ -167,6 +167,7 @@ Status ValidateDecode(const DecodeInputs& in, const DecodeOutputs& out, const Op
   p->has_g = in.g.present();
   p->g_dtype = in.g.present() ? in.g.dtype : DType::kF32;
   p->has_gate = in.a.present();
+  p->per_channel_gate = dims.per_channel;
   p->state_dtype = in.state_pool.dtype;
   p->slot_stride = stride;
   p->scale = ResolveScale(opt.scale, Dk);

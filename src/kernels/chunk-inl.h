@@ -161,15 +161,33 @@ HWY_INLINE void StoreOutputRows(const ScratchLayout& L, const float* HWY_RESTRIC
 // against S, and A's product with K (c x c x dk per value head) disappears.
 // prec: the three products in the plan's precision (the state stays FP32).
 // prefetch: lines to issue between the products' tiles (may be null).
+// The per-channel gate (KDA, docs/SPEC.md 10; kda-inl.h) swaps the operands:
+// X reads K e^G, O reads Q e^G, the update reads K e^(G_last - G) against
+// Vnew itself, and the state decays by e^G_last row by row (per key channel)
+// instead of by one factor.
+struct KdaOperands {
+  const float* k_x = nullptr;          // null: the scalar gate's q, k with row factors
+  const float* q_o = nullptr;
+  const float* k_update = nullptr;
+  const float* state_decay = nullptr;  // [dk_pad]
+  static KdaOperands Of(const ScratchLayout& L, float* base) {
+    if (!L.kda) return KdaOperands{};
+    return KdaOperands{base + L.kda_k, base + L.kda_q, base + L.kda_kf, base + L.kda_decay};
+  }
+};
+
 HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_RESTRICT state, int64_t n,
                            Precision prec = Precision::kFp32, PrefetchQueue* prefetch = nullptr,
                            const ChunkTensors& io = ChunkTensors{}) {
   const int64_t dk = L.dk_pad, cp = L.c_pad;
   const Panels sp(dk, L), rp(L.c, L);  // state panels; chunk-row panels
   const ChunkVectors cv(base + L.vec, cp);
-  const float decay_last = n > 0 ? cv.eG[n - 1] : 1.0f;
-  const float* q = base + L.q;
-  const float* k = base + L.k;
+  const KdaOperands kda = KdaOperands::Of(L, base);
+  const bool per_channel = kda.k_x != nullptr;
+  const float decay_last = per_channel ? 1.0f : (n > 0 ? cv.eG[n - 1] : 1.0f);
+  const float* q = per_channel ? kda.q_o : base + L.q;
+  const float* k = per_channel ? kda.k_x : base + L.k;
+  const float* k_update = per_channel ? kda.k_update : base + L.k;
   // The four jobs are built once per chunk and each panel assigns every field
   // it uses: zeroing a GemmJob (344 bytes, a `rep stos`) per panel and
   // product cost ~1% of the call (in-process A/B 0.989-0.995).
@@ -200,7 +218,7 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, flo
     vj.rows = n; vj.cols = pw; vj.c = vnew; vj.ldc = pw;
     vj.prefetch = prefetch;
     vj.seg[0] = Segment{base + L.attn, cp, x, pw, n, true, false};
-    vj.also = ScaledCopy{vdec, pw, cv.eGl};
+    vj.also = per_channel ? ScaledCopy{} : ScaledCopy{vdec, pw, cv.eGl};
     {
       CGDR_PHASE(kVnewProduct);
       GemmPrec(vj, prec, L, base);
@@ -219,11 +237,13 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, flo
     }
 
     // S = e^(G_last) S + K^T diag(e^(G_last - G)) Vnew, with the transposed
-    // operand read in place: A[r][i] = k[i][r].
+    // operand read in place: A[r][i] = k[i][r]. Per channel:
+    // S = diag(e^G_last) S + (K e^(G_last - G))^T Vnew.
+    if (per_channel) ScaleRows(s, pw, dk, [&](int64_t r) { return kda.state_decay[r]; }, s);
     sj.rows = dk; sj.cols = pw; sj.c = s; sj.ldc = pw;
     sj.c_init = s; sj.ld_init = pw; sj.alpha = decay_last;
     sj.prefetch = prefetch;
-    sj.seg[0] = Segment{k, 1, vdec, pw, n, false, false, dk};
+    sj.seg[0] = Segment{k_update, 1, per_channel ? vnew : vdec, pw, n, false, false, dk};
     CGDR_PHASE(kStateUpdate);
     GemmPrec(sj, prec, L, base);
   }

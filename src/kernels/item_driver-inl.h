@@ -26,6 +26,7 @@
 #include "kernels/gate-inl.h"
 #include "kernels/gemm-inl.h"
 #include "kernels/items-inl.h"
+#include "kernels/kda-inl.h"
 #include "kernels/kside-inl.h"
 #include "kernels/load-inl.h"
 #include "kernels/prefetch.h"
@@ -72,8 +73,10 @@ HWY_INLINE int64_t StateOffset(const Problem& p, int64_t seq, int64_t head) {
 // The gate constants of value head `head` (zeros without the raw gate).
 HWY_INLINE HeadGate ItemGate(const Problem& p, const Inputs& in, int64_t head) {
   if (!p.has_gate) return HeadGate{};
-  const float dt_bias = in.dt_bias.present() ? LoadAsF32(in.dt_bias.data, in.dt_bias.dtype, head) : 0.0f;
-  return MakeHeadGate(LoadAsF32(in.A_log.data, in.A_log.dtype, head), dt_bias);
+  const float dt_bias = in.dt_bias.present() && !p.per_channel_gate ? LoadAsF32(in.dt_bias.data, in.dt_bias.dtype, head) : 0.0f;
+  const bool has_a_log = in.A_log.present();
+  return MakeHeadGate(has_a_log ? LoadAsF32(in.A_log.data, in.A_log.dtype, head) : 0.0f, dt_bias,
+                      static_cast<float>(p.options.gate_lower_bound), has_a_log);
 }
 
 HWY_INLINE ItemView MakeItemView(const Plan& plan, const Inputs& in, const Outputs& out, const WorkItem& it,
@@ -227,13 +230,42 @@ HWY_INLINE void LoadColumn(const TensorView& x, int64_t cols, int64_t col, int64
 HWY_INLINE void LoadDecays(const ItemView& iv, int64_t t, int64_t n, float* HWY_RESTRICT g) {
   const Problem& p = *iv.p;
   const Inputs& in = *iv.in;
-  if (p.has_g) {
+  if (p.per_channel_gate) {  // one per channel: LoadChannelDecays
+    for (int64_t i = 0; i < n; ++i) g[i] = 0.0f;
+  } else if (p.has_g) {
     LoadColumn(in.g, p.Nv, iv.it->head, t, n, g);
   } else if (p.has_gate) {
     LoadColumn(in.a, p.Nv, iv.it->head, t, n, g);
     GateRow(g, n, iv.gate);
   } else {
     for (int64_t i = 0; i < n; ++i) g[i] = 0.0f;
+  }
+}
+
+// The per-channel log-decays (KDA, docs/SPEC.md 10) of the item's value head
+// for rows [t, t + n) into L.kda_g ([n][dk_pad], padding 0): given, or from
+// the raw gate a with the head's Dk biases (gate-inl.h's GateChannels, the
+// decode step's arithmetic), or 0.
+HWY_INLINE void LoadChannelDecays(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t,
+                                  int64_t n) {
+  const Problem& p = *iv.p;
+  const Inputs& in = *iv.in;
+  const int64_t h = iv.it->head, dk = L.dk_pad;
+  float* g = base + L.kda_g;
+  if (!p.has_g && !p.has_gate) {
+    for (int64_t i = 0; i < n * dk; ++i) g[i] = 0.0f;
+    return;
+  }
+  const TensorView& src = p.has_g ? in.g : in.a;
+  for (int64_t i = 0; i < n; ++i) LoadRow(At(src, ((t + i) * p.Nv + h) * p.Dk), src.dtype, p.Dk, g + i * dk, dk);
+  if (!p.has_g) {
+    HWY_ALIGN float bias[kMaxHeadDim];
+    HeadGate gate = iv.gate;
+    if (in.dt_bias.present()) {
+      LoadRow(At(in.dt_bias, h * p.Dk), in.dt_bias.dtype, p.Dk, bias, p.Dk);
+      gate.dt_bias_row = bias;
+    }
+    for (int64_t i = 0; i < n; ++i) GateChannels(g + i * dk, p.Dk, gate);
   }
 }
 
@@ -294,8 +326,10 @@ HWY_INLINE void QueueGroupChunk(const ItemView* views, int64_t count, int64_t t,
   add(in.value, t * p.Nv * p.Dv + v_first, p.Nv * p.Dv, v_last - v_first, false);
   if (!views[0].stream_out) add(views[0].out->out, t * p.Nv * p.Dv + v_first, p.Nv * p.Dv, v_last - v_first, true);
   add(in.beta, t * p.Nv + a.head, p.Nv, z.head - a.head + 1, false);
-  if (p.has_g) add(in.g, t * p.Nv + a.head, p.Nv, z.head - a.head + 1, false);
-  if (p.has_gate) add(in.a, t * p.Nv + a.head, p.Nv, z.head - a.head + 1, false);
+  const int64_t per_head = p.per_channel_gate ? p.Dk : 1;  // gates per (token, head)
+  const int64_t heads = z.head - a.head + 1;
+  if (p.has_g) add(in.g, (t * p.Nv + a.head) * per_head, p.Nv * per_head, heads * per_head, false);
+  if (p.has_gate) add(in.a, (t * p.Nv + a.head) * per_head, p.Nv * per_head, heads * per_head, false);
 }
 
 // C = 1: tokens [t, t + n) of one item (n <= kRecurrentSpan), token by
@@ -312,6 +346,18 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
   const ChunkTensors io = ItemTensors(iv, t);
   LoadValueTile(L, base, io, 0, n, [](int64_t) { return 1.0f; });
   for (int64_t i = 0; i < n; ++i) cv.eG[i] = std::exp(cv.g[i]);
+  // Per channel: e^g rows in kda_g, k e^g in kda_k (TokenColumns).
+  const float* decay = nullptr;
+  const float* ka = nullptr;
+  if (L.kda) {
+    LoadChannelDecays(iv, L, base, t, n);
+    ExpRows(base + L.kda_g, L.dk_pad, n);
+    for (int64_t i = 0; i < n; ++i) {
+      MulRow(base + L.k + i * L.dk_pad, base + L.kda_g + i * L.dk_pad, L.dk_pad, base + L.kda_k + i * L.dk_pad);
+    }
+    decay = base + L.kda_g;
+    ka = base + L.kda_k;
+  }
   const Panels sp(L.dk_pad, L), rp(L.c, L);
   for (int64_t c0 = 0; c0 < L.w_pad; c0 = sp.Next(c0)) {
     const int64_t pw = sp.Width(c0);
@@ -319,7 +365,9 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
     const auto tokens = [&](auto tag, const uint8_t* v, int64_t v_stride, uint8_t* o, int64_t o_stride) {
       for (int64_t i = 0; i < n; ++i) {
         RecurrentTokenPanel<decltype(tag)::value>(s, dk, pw, base + L.q + i * L.dk_pad, base + L.k + i * L.dk_pad,
-                                                  v + i * v_stride, cv.beta[i], cv.eG[i], scale, o + i * o_stride);
+                                                  v + i * v_stride, cv.beta[i], cv.eG[i], scale, o + i * o_stride,
+                                                  decay ? decay + i * L.dk_pad : nullptr,
+                                                  ka ? ka + i * L.dk_pad : nullptr);
       }
     };
     if (io.Direct(c0, pw)) {
@@ -343,13 +391,16 @@ HWY_INLINE void LoadKeyRowsTimed(const ItemView& iv, const ScratchLayout& L, flo
   CGDR_PHASE(kLoadKeyRows);
   LoadKeyRows(iv, L, base, t, n);
 }
+template <int kDkPad>
 HWY_INLINE void PrepareValueHeadTimed(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t,
                                       int64_t n, float scale) {
   {
     CGDR_PHASE(kHeadVectors);
     LoadHeadVectors(iv, L, base, t, n);
+    if (L.kda) LoadChannelDecays(iv, L, base, t, n);
   }
   CGDR_PHASE(kValueHeadPrep);
+  if (L.kda) return KdaPrepareValueHead<kDkPad>(L, base, n, scale);
   PrepareValueHead(L, base, n, scale);
 }
 
@@ -368,7 +419,7 @@ HWY_INLINE void ChunkStepOnTiles(const ItemView& iv, const ScratchLayout& L, flo
     AmxPrepareKeyHead(L, base, n, prec, hw);
   }
   if (!shared.value_head) {
-    PrepareValueHeadTimed(iv, L, base, t, n, scale);
+    PrepareValueHeadTimed<0>(iv, L, base, t, n, scale);
     CGDR_PHASE(kAmxValueHeadPack);
     AmxPrepareValueHead(L, base, n, prec);
   }
@@ -389,9 +440,9 @@ HWY_INLINE void ChunkStep(const ItemView& iv, const ScratchLayout& L, float* HWY
   if (!shared.key_head) {
     LoadKeyRowsTimed(iv, L, base, t, n);
     CGDR_PHASE(kKeyHeadPrep);
-    PrepareKeyHead<kDkPad>(L, base, n, prec);
+    if (!L.kda) PrepareKeyHead<kDkPad>(L, base, n, prec);  // KDA's products are per value head
   }
-  if (!shared.value_head) PrepareValueHeadTimed(iv, L, base, t, n, scale);
+  if (!shared.value_head) PrepareValueHeadTimed<kDkPad>(iv, L, base, t, n, scale);
   const ChunkTensors io = ItemTensors(iv, t);
   {
     CGDR_PHASE(kValueTileIn);

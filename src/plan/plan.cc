@@ -164,6 +164,8 @@ Engine TileEngine(const Options& o) {
 // caller (amx, amx-emu) is honoured: 16-bit inputs then run bf16x3 on it.
 std::vector<Mode> ChunkedModes(const Problem& p) {
   const Engine tiles = TileEngine(p.options);
+  // The per-channel gate (KDA, docs/SPEC.md 10) has FP32 products only.
+  if (p.per_channel_gate) return {Mode{Precision::kFp32, Engine::kVector}};
   switch (p.options.precision) {
     case Precision::kFp32: return {Mode{Precision::kFp32, Engine::kVector}};
     case Precision::kAuto: {
@@ -210,6 +212,8 @@ std::string EngineWhy(const Problem& p, const Plan& plan) {
     why += " (asked for: TDPBF16PS emulated, slow)";
   } else if (plan.chunk == 1) {
     why += " (C=1: FP32 products)";
+  } else if (p.per_channel_gate) {
+    why += " (per-channel gate: FP32 products only)";
   } else if (plan.precision == Precision::kFp32) {
     why += " (fp32 products: FMA; tiles multiply 16-bit operands)";
   } else if (o.engine == Engine::kVector) {
@@ -220,7 +224,9 @@ std::string EngineWhy(const Problem& p, const Plan& plan) {
   why += ", precision " + std::string(PrecisionName(plan.precision));
   if (o.precision == Precision::kAuto) {
     why += " (auto: ";
-    if (p.dtype == DType::kF32) {
+    if (p.per_channel_gate) {
+      why += "the per-channel gate runs fp32";
+    } else if (p.dtype == DType::kF32) {
       why += "f32 inputs need 2e-5";
     } else if (TileEngine(o) == Engine::kVector) {
       why += "no tile engine for bf16x3";
@@ -269,7 +275,8 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
   const bool tiles_named = p.options.engine != Engine::kAuto && IsTileEngine(modes.front().engine);
   if ((!forced_c && !tiles_named) || p.options.algo == Algo::kRecurrent) {
     // C = 1 keeps FP32 products in every mode, on the vector units.
-    const Precision shown = p.options.precision == Precision::kAuto ? Precision::kFp32 : p.options.precision;
+    const Precision shown =
+        p.options.precision == Precision::kAuto || p.per_channel_gate ? Precision::kFp32 : p.options.precision;
     candidates.push_back(Candidate{1, Mode{shown, Engine::kVector}});
   }
   const Candidate* best = nullptr;
@@ -365,6 +372,10 @@ Status CheckPlan(const Plan& plan) {
   if (plan.group_items < 1 || plan.group_items > kMaxGroupItems) return fail("group_items " + std::to_string(plan.group_items));
   if (plan.stream_out && plan.chunk == 1) return fail("stream_out with chunk 1 (C = 1 writes out token by token)");
   if (plan.precision == Precision::kAuto || plan.engine == Engine::kAuto) return fail("precision or engine unresolved (auto)");
+  if (plan.problem.per_channel_gate && (plan.precision != Precision::kFp32 || plan.engine != Engine::kVector)) {
+    return fail("per-channel gate with precision " + std::string(PrecisionName(plan.precision)) + " on engine " +
+                EngineName(plan.engine) + " (its kernel has FP32 vector products only)");
+  }
   if (IsTileEngine(plan.engine) && (plan.chunk == 1 || plan.precision == Precision::kFp32)) {
     return fail("tile engine with chunk " + std::to_string(plan.chunk) + " and precision " + PrecisionName(plan.precision));
   }

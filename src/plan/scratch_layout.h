@@ -72,11 +72,21 @@ struct ScratchLayout {
   // Per item: S as B [amx_dk x w_pad]; X and Vnew as B [amx_ck x w_pad].
   int64_t amx_s = 0, amx_s_plane = 0, amx_x = 0, amx_v = 0, amx_cw_plane = 0;
   int64_t amx_flags = 0;  // which operands have a nonzero lo plane (one word each)
+  // The per-channel gate only (KDA, docs/SPEC.md 10; empty otherwise), per
+  // value head; the chunk's rows in blocks of 16 (kernels/kda-inl.h):
+  int64_t kda_g = 0;    // [c][dk_pad]  log-decays g, then e^g
+  int64_t kda_q = 0;    // [c][dk_pad]  Q * e^(G - G_o) (o: the end of the block before), then Q * e^G
+  int64_t kda_k = 0;    // [c][dk_pad]  K * e^(G - G_o), then K * e^G
+  int64_t kda_kf = 0;   // [c][dk_pad]  K * e^(G_o' - G) (o': the end of its own block), then K * e^(G_last - G)
+  int64_t kda_blk = 0;  // [16][dk_pad] one block of kda_kf carried across later blocks
+  int64_t kda_vec = 0;  // [c_pad / 16 + 2][dk_pad]  per-block decays, a chain, a running product
+  int64_t kda_decay = 0;  // [dk_pad]  e^G_last: the carried state's decay per key channel
+  bool kda = false;
   int64_t total = 0;    // floats
 
   ScratchLayout() = default;
   ScratchLayout(int64_t chunk, int64_t dk_padded, int64_t v_width, int64_t state_tiles = 1, bool packed = false,
-                bool amx = false) {
+                bool amx = false, bool per_channel = false) {
     c = RowsPerStep(chunk);
     states = state_tiles;
     c_pad = RoundUp(c, kLaneMultiple);
@@ -132,6 +142,16 @@ struct ScratchLayout {
       amx_v = take(2 * amx_cw_plane);
       amx_flags = take(kScratchAlignFloats);
     }
+    if (per_channel) {
+      kda = true;
+      kda_g = take(c * dk_pad);
+      kda_q = take(c * dk_pad);
+      kda_k = take(c * dk_pad);
+      kda_kf = take(c * dk_pad);
+      kda_blk = take(16 * dk_pad);
+      kda_vec = take((c_pad / 16 + 2) * dk_pad);
+      kda_decay = take(dk_pad);
+    }
     total = at;
   }
   int64_t bytes() const { return total * 4 + 64; }  // +64: alignment slack of the base
@@ -152,7 +172,8 @@ inline bool RunsOnTiles(const Plan& plan) {
 inline ScratchLayout KernelScratch(const Plan& plan) {
   const bool tiles = RunsOnTiles(plan);
   const bool packed = plan.precision != Precision::kFp32 && plan.chunk > 1 && !tiles;
-  return ScratchLayout(plan.chunk, plan.dk_padded, plan.v_step, plan.group_items, packed, tiles);
+  return ScratchLayout(plan.chunk, plan.dk_padded, plan.v_step, plan.group_items, packed, tiles,
+                       plan.problem.per_channel_gate);
 }
 
 }  // namespace cgdr

@@ -28,19 +28,33 @@ bool Wanted(const std::vector<int64_t>& heads, int64_t h) {
   return false;
 }
 
-// The log-decay of token t, value head h (SPEC 1; docs/SPEC.md 6d).
-double Decay(const Inputs& in, int64_t t, int64_t Nv, int64_t h) {
-  if (in.g.present()) return LoadAsF32(in.g.data, in.g.dtype, t * Nv + h);
-  if (!in.a.present()) return 0.0;
-  const double dt_bias = in.dt_bias.present() ? LoadAsF32(in.dt_bias.data, in.dt_bias.dtype, h) : 0.0;
-  return ReferenceGate(LoadAsF32(in.a.data, in.a.dtype, t * Nv + h), LoadAsF32(in.A_log.data, in.A_log.dtype, h),
-                       dt_bias);
+// The log-decays of token t, value head h, one per key channel (SPEC 1;
+// docs/SPEC.md 6d; KDA's per-channel gate, docs/SPEC.md 10): Dk copies of
+// the head's decay unless g or a is per channel.
+std::vector<double> Decays(const Inputs& in, const Problem& p, int64_t t, int64_t h) {
+  const int64_t per_head = p.per_channel_gate ? p.Dk : 1;
+  std::vector<double> g(static_cast<size_t>(p.Dk), 0.0);
+  for (int64_t i = 0; i < p.Dk; ++i) {
+    const int64_t c = p.per_channel_gate ? i : 0;
+    const int64_t at = (t * p.Nv + h) * per_head + c;
+    if (in.g.present()) {
+      g[i] = LoadAsF32(in.g.data, in.g.dtype, at);
+    } else if (in.a.present()) {
+      const double dt_bias = in.dt_bias.present() ? LoadAsF32(in.dt_bias.data, in.dt_bias.dtype, h * per_head + c) : 0.0;
+      const bool has_a_log = in.A_log.present();
+      g[i] = ReferenceGate(LoadAsF32(in.a.data, in.a.dtype, at),
+                           has_a_log ? LoadAsF32(in.A_log.data, in.A_log.dtype, h) : 0.0, dt_bias,
+                           p.options.gate_lower_bound, has_a_log);
+    }
+  }
+  return g;
 }
 
 }  // namespace
 
-double ReferenceGate(double a, double a_log, double dt_bias) {
+double ReferenceGate(double a, double a_log, double dt_bias, double lower_bound, bool has_a_log) {
   const double x = a + dt_bias;
+  if (lower_bound != 0.0) return lower_bound * ReferenceSigmoid(has_a_log ? std::exp(a_log) * x : x);
   return -std::exp(a_log) * (x > 20.0 ? x : std::log1p(std::exp(x)));
 }
 
@@ -78,8 +92,11 @@ void ReferenceRun(const Inputs& in, const Problem& p, ReferenceResult* res, cons
         const auto v = Row(in.value, t * p.Nv + h, Dv, false);
         const double b_in = LoadAsF32(in.beta.data, in.beta.dtype, t * p.Nv + h);
         const double beta = p.options.use_beta_sigmoid ? ReferenceSigmoid(b_in) : b_in;
-        const double decay = std::exp(Decay(in, t, p.Nv, h));
-        for (double& s : S) s *= decay;
+        const auto g = Decays(in, p, t, h);
+        for (int64_t i = 0; i < Dk; ++i) {
+          const double decay = std::exp(g[i]);
+          for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] *= decay;
+        }
         for (int64_t j = 0; j < Dv; ++j) {
           double stk = 0.0;
           for (int64_t i = 0; i < Dk; ++i) stk += S[i * Dv + j] * kk[i];

@@ -17,11 +17,14 @@ struct ReferenceResult {
 
 // The FP64 formulas of the serving inputs (docs/SPEC.md 6d): the log-decay
 // from the raw gate, g = -exp(A_log) * softplus(a + dt_bias) (softplus with
-// torch's threshold 20), and beta = sigmoid(b).
-double ReferenceGate(double a, double a_log, double dt_bias);
+// torch's threshold 20), or with a lower bound (docs/SPEC.md 10)
+// g = lower_bound * sigmoid(exp(A_log) * (a + dt_bias)) (without A_log:
+// sigmoid(a + dt_bias)); and beta = sigmoid(b).
+double ReferenceGate(double a, double a_log, double dt_bias, double lower_bound = 0.0, bool has_a_log = true);
 double ReferenceSigmoid(double b);
 
-// Runs the recurrence for the value heads listed in `heads` (all when empty);
+// Runs the recurrence (with a per-channel decay when p.per_channel_gate:
+// KDA, docs/SPEC.md 10) for the value heads listed in `heads` (all when empty);
 // entries of other heads stay 0. `in` must have passed Validate into `p`.
 // Serving inputs are honoured: the raw gate, beta sigmoid, state pools (a
 // sequence starts from its slot of initial_state, or zeros) and checkpoints.

@@ -106,6 +106,13 @@ std::vector<int64_t> TokenDims::Shape(std::initializer_list<int64_t> tail) const
 
 const char* TokenDims::HeadDims() const { return AxisNames(axis).head; }
 
+std::string TokenDims::GateDims() const {
+  const std::string head = HeadDims();
+  const std::string channel = head.substr(0, head.size() - 1) + ", Dk]";
+  if (per_channel) return channel;  // the rank chose the form: its shape alone
+  return head + " (one log-decay per head) or " + channel + " (one per key channel)";
+}
+
 Status CheckTokenInputs(TokenAxis axis, const TensorView& query, const TensorView& key, const TensorView& value,
                         const TensorView& beta, const TensorView& g, TokenDims* dims) {
   const TokenAxisNames& x = AxisNames(axis);
@@ -146,38 +153,52 @@ Status CheckTokenInputs(TokenAxis axis, const TensorView& query, const TensorVie
   CGDR_TRY(CheckShape("beta", beta, d.Shape({Nv}), x.head));
   CGDR_TRY(CheckSameDType("beta", beta, dt, "same as query"));
   if (g.present()) {
-    CGDR_TRY(CheckRank("g", g, lead + 1, x.head));
-    CGDR_TRY(CheckShape("g", g, d.Shape({Nv}), x.head));
+    // [X, Nv]: one log-decay per head; [X, Nv, Dk]: one per key channel (KDA, docs/SPEC.md 10).
+    d.per_channel = g.rank == lead + 2;
+    CGDR_TRY(CheckRank("g", g, g.rank == lead + 2 ? lead + 2 : lead + 1, d.GateDims().c_str()));
+    const std::string dims_g = d.per_channel ? d.GateDims() : std::string(x.head);
+    CGDR_TRY(CheckShape("g", g, d.per_channel ? d.Shape({Nv, Dk}) : d.Shape({Nv}), dims_g.c_str()));
     CGDR_TRY(CheckFloatDType("g", g));
   }
   *dims = d;
   return Status::Ok();
 }
 
-Status CheckGate(const GateViews& gate, const TensorView& g, const TokenDims& dims) {
+Status CheckGate(const GateViews& gate, const TensorView& g, double lower_bound, TokenDims* dims) {
+  const bool bounded = lower_bound != 0.0;
+  if (bounded && !(lower_bound < 0.0 && std::isfinite(lower_bound))) {
+    return Status::Invalid(Cat("options.gate_lower_bound: expected 0 (none) or a finite bound < 0, got ", lower_bound));
+  }
   if (!gate.a.present()) {
     if (gate.A_log.present()) return Status::Invalid("A_log: given without the raw gate 'a' it applies to");
     if (gate.dt_bias.present()) return Status::Invalid("dt_bias: given without the raw gate 'a' it applies to");
+    if (bounded) return Status::Invalid("options.gate_lower_bound: given without the raw gate 'a' it applies to");
     return Status::Ok();
   }
   if (g.present()) {
     return Status::Invalid(
         "a: expected either g or the raw gate a (g = -exp(A_log) * softplus(a + dt_bias) in the kernel), got both");
   }
-  const int lead = dims.axis == TokenAxis::kDraftTokens ? 2 : 1;
-  CGDR_TRY(CheckRank("a", gate.a, lead + 1, dims.HeadDims()));
-  CGDR_TRY(CheckShape("a", gate.a, dims.Shape({dims.Nv}), dims.HeadDims()));
+  const int lead = dims->axis == TokenAxis::kDraftTokens ? 2 : 1;
+  const int64_t Nv = dims->Nv, Dk = dims->Dk;
+  dims->per_channel = gate.a.rank == lead + 2;  // KDA's gate (docs/SPEC.md 10)
+  CGDR_TRY(CheckRank("a", gate.a, dims->per_channel ? lead + 2 : lead + 1, dims->GateDims().c_str()));
+  const std::string dims_a = dims->per_channel ? dims->GateDims() : dims->HeadDims();
+  CGDR_TRY(CheckShape("a", gate.a, dims->per_channel ? dims->Shape({Nv, Dk}) : dims->Shape({Nv}), dims_a.c_str()));
   CGDR_TRY(CheckFloatDType("a", gate.a));
-  if (!gate.A_log.present()) {
+  if (!gate.A_log.present() && !bounded) {
     return Status::Invalid("A_log: required tensor is missing (the raw gate a needs A_log [Nv]: g = -exp(A_log) * "
-                           "softplus(a + dt_bias))");
+                           "softplus(a + dt_bias); only a gate with options.gate_lower_bound may omit it)");
   }
-  CGDR_TRY(CheckRank("A_log", gate.A_log, 1, "[Nv]"));
-  CGDR_TRY(CheckShape("A_log", gate.A_log, {dims.Nv}, "[Nv]"));
-  CGDR_TRY(CheckFloatDType("A_log", gate.A_log));
+  if (gate.A_log.present()) {
+    CGDR_TRY(CheckRank("A_log", gate.A_log, 1, "[Nv]"));
+    CGDR_TRY(CheckShape("A_log", gate.A_log, {Nv}, "[Nv]"));
+    CGDR_TRY(CheckFloatDType("A_log", gate.A_log));
+  }
   if (gate.dt_bias.present()) {
-    CGDR_TRY(CheckRank("dt_bias", gate.dt_bias, 1, "[Nv]"));
-    CGDR_TRY(CheckShape("dt_bias", gate.dt_bias, {dims.Nv}, "[Nv]"));
+    const char* dims_b = dims->per_channel ? "[Nv * Dk] (a per-channel gate)" : "[Nv]";
+    CGDR_TRY(CheckRank("dt_bias", gate.dt_bias, 1, dims_b));
+    CGDR_TRY(CheckShape("dt_bias", gate.dt_bias, {dims->per_channel ? Nv * Dk : Nv}, dims_b));
     CGDR_TRY(CheckFloatDType("dt_bias", gate.dt_bias));
   }
   return Status::Ok();

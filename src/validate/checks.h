@@ -43,16 +43,20 @@ struct TokenDims {
   // Leading dimensions X followed by `tail` (the shape of a per-token tensor).
   std::vector<int64_t> Shape(std::initializer_list<int64_t> tail) const;
   const char* HeadDims() const;  // "[T, Nv]", "[N, Nv]" or "[N, K, Nv]": beta's, g's and a's
+  bool per_channel = false;      // g or a is [X, Nv, Dk] (KDA, docs/SPEC.md 10)
+  std::string GateDims() const;  // g's and a's two shapes (per_channel: its one), for messages
 };
 Status CheckTokenInputs(TokenAxis axis, const TensorView& query, const TensorView& key, const TensorView& value,
                         const TensorView& beta, const TensorView& g, TokenDims* dims);
 
-// The gate in the kernel (SPEC 6d): a shaped as beta (dims.HeadDims()), any
-// float dtype, with A_log [Nv] and optional dt_bias [Nv]; never with g.
+// The gate in the kernel (SPEC 6d): a shaped as beta (dims.HeadDims()) or
+// per channel [X, Nv, Dk] (KDA, docs/SPEC.md 10: then dims->per_channel), any
+// float dtype, with A_log [Nv] (optional with a lower bound) and optional
+// dt_bias [Nv] ([Nv * Dk] per channel); never with g.
 struct GateViews {
   const TensorView &a, &A_log, &dt_bias;
 };
-Status CheckGate(const GateViews& gate, const TensorView& g, const TokenDims& dims);
+Status CheckGate(const GateViews& gate, const TensorView& g, double lower_bound, TokenDims* dims);
 
 // Slot indices (int32, any shape) into pools of `slots` slots: each below
 // `slots` (negative: none), and the non-negative ones distinct (two writers of

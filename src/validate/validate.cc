@@ -163,7 +163,7 @@ Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Proble
 
   TokenDims dims;
   CGDR_TRY(CheckTokenInputs(TokenAxis::kTokens, in.query, in.key, in.value, in.beta, in.g, &dims));
-  CGDR_TRY(CheckGate(GateViews{in.a, in.A_log, in.dt_bias}, in.g, dims));
+  CGDR_TRY(CheckGate(GateViews{in.a, in.A_log, in.dt_bias}, in.g, opt.gate_lower_bound, &dims));
   const int64_t T = dims.tokens, Nk = dims.Nk, Nv = dims.Nv, Dk = dims.Dk, Dv = dims.Dv;
   const DType dt = dims.dtype;
 
@@ -247,6 +247,7 @@ Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Proble
   p->has_g = in.g.present();
   p->g_dtype = in.g.present() ? in.g.dtype : DType::kF32;
   p->has_gate = in.a.present();
+  p->per_channel_gate = dims.per_channel;
   p->has_initial_state = in.initial_state.present();
   p->state_dtype = state_dt;
   p->want_final_state = out.final_state.present();
