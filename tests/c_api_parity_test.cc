@@ -373,7 +373,9 @@ void ExpectKdaParity(const KdaVariant& v, Algo algo) {
   const cgdr_prefill_extra pe = ToCPrefillExtra(c_in, c.outputs());
   const Outcome c_prefill = Of(cgdr_prefill_ex(&pa, &pe, handle));
   EXPECT_EQ(c_prefill, cpp_prefill) << "C: " << c_prefill.message << "\nC++: " << cpp_prefill.message;
-  if (algo == Algo::kRecurrent) EXPECT_EQ(cpp_prefill.code == 0, v.ok) << cpp_prefill.message;
+  if (algo == Algo::kRecurrent) {
+    EXPECT_EQ(cpp_prefill.code == 0, v.ok) << cpp_prefill.message;
+  }
   EXPECT_TRUE(SameBytes(c.out, cpp.out)) << "out";
   EXPECT_TRUE(SameBytes(c.final_state, cpp.final_state)) << "final_state";
 

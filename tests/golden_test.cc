@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -314,6 +316,37 @@ TEST(golden, FaultsThatCannotApplySaySo) {
   const Status tail = ComputeFaulty(c.inputs(), c.options(), Profile{}, Fault::kTailMask, &o);
   EXPECT_NE(tail.message().find("not a multiple of 64"), std::string::npos) << tail.message();
   EXPECT_EQ(ComputeFaulty(c.inputs(), c.options(), Profile{}, Fault::kGSign, &o).message(), "fault g-sign: needs g");
+}
+
+// KDA's per-channel gate (docs/SPEC.md 10) has no Ascend NPU kernel: every
+// entry of the golden path says so, naming the gate, and writes nothing.
+TEST(golden, PerChannelGateHasNoNpuPort) {
+  for (bool raw : {false, true}) {
+    CaseSpec spec = SmallSpec();
+    spec.per_channel_gate = true;
+    spec.raw_gate = raw;
+    Case c = MakeCase(spec);
+    const std::string named = std::string(raw ? "a" : "g") + ": a per-channel gate [T, Nv, Dk] (KDA";
+    OwnedOutputs o;
+    for (const Status& s : {ComputeGolden(c.inputs(), c.options(), &o),
+                            ComputeBenchmark(c.inputs(), c.options(), Profile{}, &o),
+                            ComputeBenchmark(c.inputs(), c.options(), Profile{Operands::kBf16, Engine::kKernels}, &o),
+                            ComputeFaulty(c.inputs(), c.options(), Profile{}, Fault::kSwappedHeads, &o)}) {
+      EXPECT_FALSE(s.ok());
+      EXPECT_NE(s.message().find(named), std::string::npos) << s.message();
+    }
+    HeadCheck h;
+    const Status head = CheckGoldenHead(c.inputs(), c.options(), c.outputs(), 0, &h);
+    EXPECT_NE(head.message().find(named), std::string::npos) << head.message();
+    std::fill(c.out.begin(), c.out.end(), uint8_t{0xAB});  // the caller's outputs: left as they were
+    const Bytes before = c.out;
+    for (const Status& s : {GoldenInto(c.inputs(), c.options(), c.outputs()),
+                            BenchmarkInto(c.inputs(), c.options(), Profile{}, c.outputs()),
+                            FaultyInto(c.inputs(), c.options(), Profile{}, Fault::kNone, c.outputs())}) {
+      EXPECT_NE(s.message().find(named), std::string::npos) << s.message();
+    }
+    EXPECT_TRUE(c.out == before);
+  }
 }
 
 TEST(golden, CompareRejectsMismatchedResults) {

@@ -14,6 +14,7 @@
 //   - bitwise identical across thread counts and runs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -211,6 +212,37 @@ TEST(KdaPrefill, EqualChannelsAgreeWithTheScalarGate) {
     }
     EXPECT_LE(std::sqrt(num / den), 1e-6) << AlgoName(a);
   }
+}
+
+// FP32 on the vector units is all KDA has: a mode or an engine asked for
+// is refused by name, before anything is written, not swapped for fp32.
+TEST(KdaPrefill, OtherModesAndEnginesAreRefusedByName) {
+  Case c = MakeCase(KdaSpec(1, 2, 32, 16, {20}, 950));
+  std::fill(c.out.begin(), c.out.end(), uint8_t{0xAB});
+  const Bytes before = c.out;
+  for (Precision p : {Precision::kBf16, Precision::kBf16x3, Precision::kBf16x4}) {
+    Options o = c.options();
+    o.precision = p;
+    const Status s = cgdr::Run(c.inputs(), c.outputs(), o);
+    EXPECT_NE(s.message().find(std::string("options.precision: the per-channel gate (KDA) has fp32 products only; "
+                                           "expected auto or fp32, got ") + PrecisionName(p)),
+              std::string::npos)
+        << s.message();
+  }
+  for (Engine e : {Engine::kAmx, Engine::kAmxEmulated}) {
+    Options o = c.options();
+    o.engine = e;
+    const Status s = cgdr::Run(c.inputs(), c.outputs(), o);
+    EXPECT_NE(s.message().find(std::string("options.engine: the per-channel gate (KDA) runs on the vector units only; "
+                                           "expected auto or vector, got ") + EngineName(e)),
+              std::string::npos)
+        << s.message();
+  }
+  EXPECT_TRUE(c.out == before);
+  Options fp32 = c.options();
+  fp32.precision = Precision::kFp32;
+  fp32.engine = Engine::kVector;
+  EXPECT_TRUE(cgdr::Run(c.inputs(), c.outputs(), fp32).ok());
 }
 
 TEST(KdaPrefill, BitwiseAcrossThreadCountsAndRuns) {

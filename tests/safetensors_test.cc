@@ -879,9 +879,13 @@ TEST(safetensors, CaseKeepsThePerChannelGate) {
       ASSERT_EQ(got.ShapeString(), ref.ShapeString());
       EXPECT_EQ(std::memcmp(got.data, ref.data, static_cast<size_t>(ref.numel()) * DTypeSize(ref.dtype)), 0);
     }
-    if (raw) EXPECT_FALSE(lc.inputs.A_log.present());
+    if (raw) {
+      EXPECT_FALSE(lc.inputs.A_log.present());
+    }
     EXPECT_EQ((raw ? lc.inputs.a : lc.inputs.g).ShapeString(), "[" + std::to_string(c.T) + ", 2, 8]");
-    if (raw) EXPECT_EQ(lc.inputs.dt_bias.ShapeString(), "[16]");
+    if (raw) {
+      EXPECT_EQ(lc.inputs.dt_bias.ShapeString(), "[16]");
+    }
     Problem p;
     s = ValidateInputs(lc.inputs, lc.options, &p);
     ASSERT_TRUE(s.ok()) << s.message();

@@ -562,10 +562,43 @@ def torch_recurrent_gated_delta_rule(query, key, value, g, beta, initial_state=N
                 kwargs.get("cu_seqlens"))
 
 
-# transformers' models whose layers call torch_{chunk,recurrent}_gated_delta_rule.
-TRANSFORMERS_MODELS = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid")
+def _run_kda(query, key, value, g, beta, initial_state, output_final_state, l2norm, cu_seqlens):
+    """transformers' KDA functions: q, k [B, T, H, K], v [B, T, H, V], g [B, T, H, K] (log decays), beta
+    [B, T, H]; scale 1/sqrt(K); out in query's dtype, the state [B, H, K, V] in float32."""
+    if g is None or g.dim() != 4:
+        raise ValueError(f"g: expected the per-channel decay [B, T, H, K], got {None if g is None else tuple(g.shape)}")
+    init = None if initial_state is None else initial_state.to(torch.float32)
+    if cu_seqlens is not None and not isinstance(cu_seqlens, torch.Tensor):
+        cu_seqlens = torch.as_tensor(cu_seqlens)
+    out, state = chunk_kda(query, key, value, g, beta, initial_state=init, output_final_state=True,
+                           use_qk_l2norm_in_kernel=l2norm, cu_seqlens=cu_seqlens)
+    return out.to(query.dtype), (state if output_final_state else None)
+
+
+def chunk_kimi_delta_attention(query, key, value, g, beta, chunk_size=64, initial_state=None,
+                               output_final_state=False, use_qk_l2norm_in_kernel=False, **kwargs):
+    """transformers' Kimi Linear chunk_kimi_delta_attention (KDA, docs/SPEC.md 10), computed by cgdr."""
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
+    return _run_kda(query, key, value, g, beta, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+                    kwargs.get("cu_seqlens"))
+
+
+def recurrent_kimi_delta_attention(query, key, value, g, beta, initial_state, output_final_state,
+                                   use_qk_l2norm_in_kernel=False, **kwargs):
+    """transformers' Kimi Linear recurrent_kimi_delta_attention (its decode step), computed by cgdr: the state
+    it returns is a new tensor, as transformers' (the cache stores it)."""
+    return _run_kda(query, key, value, g, beta, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+                    kwargs.get("cu_seqlens"))
+
+
+# transformers' models whose layers call torch_{chunk,recurrent}_gated_delta_rule,
+# and Kimi Linear's, whose KDA layers call {chunk,recurrent}_kimi_delta_attention.
+TRANSFORMERS_MODELS = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid", "kimi_linear")
 _FUNCTIONS = {"torch_chunk_gated_delta_rule": torch_chunk_gated_delta_rule,
-              "torch_recurrent_gated_delta_rule": torch_recurrent_gated_delta_rule}
+              "torch_recurrent_gated_delta_rule": torch_recurrent_gated_delta_rule,
+              "chunk_kimi_delta_attention": chunk_kimi_delta_attention,
+              "recurrent_kimi_delta_attention": recurrent_kimi_delta_attention}
 
 
 class TransformersPatch:
@@ -598,7 +631,9 @@ def patch_transformers(models=None):
     module-level names torch_chunk_gated_delta_rule and
     torch_recurrent_gated_delta_rule of a model's modeling file (fla's kernel
     if fla imports, else its pure-torch fallback), and every layer looks the
-    name up when it runs. So replacing those names works before or after a
+    name up when it runs. Kimi Linear's KimiLinearDeltaAttention (KDA, the
+    per-channel gate) calls chunk_kimi_delta_attention and
+    recurrent_kimi_delta_attention of modeling_kimi_linear the same way. So replacing those names works before or after a
     model is built or loaded. models: names under transformers.models
     (default: TRANSFORMERS_MODELS that this transformers has, plus any other
     already imported modeling module that defines the functions). Returns a
@@ -614,13 +649,12 @@ def patch_transformers(models=None):
                 raise
     if models is None:
         modules += [m for n, m in list(sys.modules.items()) if n.startswith("transformers.models.") and m is not None
-                    and m not in modules and hasattr(m, "torch_chunk_gated_delta_rule")]
+                    and m not in modules and any(hasattr(m, n) for n in _FUNCTIONS)]
     replaced = []
     for module in modules:
         found = [n for n in _FUNCTIONS if hasattr(module, n)]
         if not found:
-            raise ValueError(f"models: {module.__name__} has no torch_chunk_gated_delta_rule or "
-                             "torch_recurrent_gated_delta_rule to replace")
+            raise ValueError(f"models: {module.__name__} has none of {', '.join(_FUNCTIONS)} to replace")
         for n in found:
             replaced.append((module, n, getattr(module, n)))
             setattr(module, n, _FUNCTIONS[n])

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cgdr/cgdr.hpp"
+#include "bench/peak.h"
 #include "cgdr/decode.hpp"
 #include "golden/compare.h"
 #include "golden/golden.h"
@@ -295,6 +296,14 @@ PYBIND11_MODULE(_cgdr, m) {
         py::arg("dst_indices") = py::none(), py::arg("states") = py::none(), py::arg("state_slot_stride") = 0,
         py::arg("qk_l2norm_eps") = 1e-6, py::arg("gate_lower_bound") = 0.0, "Runs cgdr::DecodeStep (a token axis: SPEC 6d); updates state_pool in place and writes out and states.");
   m.def("active_target", &cgdr::ActiveTarget, "The SIMD target dispatch uses (AVX3, AVX2, SSE4, ...).");
+  m.def(
+      "fma_peak",
+      [](int threads, double seconds) {
+        py::gil_scoped_release release;
+        return cgdr::MeasureFmaPeak(threads, seconds).gflops;
+      },
+      py::arg("threads"), py::arg("seconds") = 0.2,
+      "The FP32 FMA peak (GFLOP/s) of `threads` threads at once, measured now (the bench's: SPEC 8's % of peak).");
   m.def("golden", &Golden, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
         py::arg("initial_state"), py::arg("seq_lens"), py::arg("golden"), py::arg("benchmark"), py::arg("actual"),
         py::arg("scale"), py::arg("use_qk_l2norm"), py::arg("state_layout"), py::arg("threads"), py::arg("operands"),

@@ -229,6 +229,15 @@ double HeadError(const TensorView& x, int64_t head, const std::vector<double>& r
   return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// The Ascend NPU kernel that the golden path stands for has one decay per
+// head: KDA's per-channel gate (docs/SPEC.md 10) has no port to compare with.
+Status NoNpuPort(const Problem& p, const Inputs& in) {
+  if (!p.per_channel_gate) return Status::Ok();
+  return Status::Invalid(Cat(in.g.present() ? "g" : "a", ": a per-channel gate [T, Nv, Dk] (KDA, docs/SPEC.md 10) "
+                             "has no Ascend NPU kernel, so golden, benchmark and faults cannot stand for one; check "
+                             "KDA results against FP64 with cgdr check"));
+}
+
 // The golden path's options: FP32 products, the plan's own formulation.
 Options GoldenOptions(Options o) {
   o.precision = Precision::kFp32;
@@ -255,6 +264,7 @@ bool ParseDistribution(const std::string& s, Distribution* d) { return Parse(kDi
 Status CastCase(const Inputs& in, const Options& opt, DType io, DType state, OwnedInputs* out) {
   Problem p;
   Status s = ValidateInputs(in, opt, &p);
+  if (s.ok()) s = NoNpuPort(p, in);
   if (!s.ok()) return s;
   OwnedInputs o;
   o.views = in;
@@ -293,6 +303,7 @@ Status GoldenInto(const Inputs& in, const Options& opt, const Outputs& out) {
 Status CheckGoldenHead(const Inputs& in, const Options& opt, const Outputs& golden, int64_t head, HeadCheck* r) {
   Problem p;
   Status s = ValidateInputs(in, opt, &p);
+  if (s.ok()) s = NoNpuPort(p, in);
   if (!s.ok()) return s;
   if (head < 0 || head >= p.Nv) return Status::Invalid(Cat("head ", head, " out of range (Nv = ", p.Nv, ")"));
   OwnedInputs o;
@@ -326,12 +337,15 @@ Status BenchmarkInto(const Inputs& in, const Options& opt, const Profile& prof, 
   if (engine == Engine::kKernels && prof.operands != Operands::kBf16) {
     return Status::Invalid("engine kernels: the kernels have bf16 operands only; use the emulation for f16");
   }
+  Problem p;
+  Status s = ValidateInputs(in, opt, &p);
+  if (s.ok()) s = NoNpuPort(p, in);
+  if (!s.ok()) return s;
   Options o = opt;
   o.precision = Precision::kBf16;
   o.algo = Algo::kChunk64;
   if (engine == Engine::kKernels) return Run(in, out, o);
-  Problem p;
-  Status s = Validate(in, out, o, &p);
+  s = Validate(in, out, o, &p);
   return s.ok() ? Emulate(in, p, prof.operands, out) : s;
 }
 
@@ -343,6 +357,7 @@ Status ComputeFaulty(const Inputs& in, const Options& opt, const Profile& prof, 
 Status FaultyInto(const Inputs& in, const Options& opt, const Profile& prof, Fault f, const Outputs& out) {
   Problem p;
   Status s = Validate(in, out, opt, &p);
+  if (s.ok()) s = NoNpuPort(p, in);
   if (!s.ok()) return s;
   switch (f) {
     case Fault::kNone: return BenchmarkInto(in, opt, prof, out);

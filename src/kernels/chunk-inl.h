@@ -239,9 +239,8 @@ HWY_INLINE void ChunkVSide(const ScratchLayout& L, float* HWY_RESTRICT base, flo
     // S = e^(G_last) S + K^T diag(e^(G_last - G)) Vnew, with the transposed
     // operand read in place: A[r][i] = k[i][r]. Per channel:
     // S = diag(e^G_last) S + (K e^(G_last - G))^T Vnew.
-    if (per_channel) ScaleRows(s, pw, dk, [&](int64_t r) { return kda.state_decay[r]; }, s);
     sj.rows = dk; sj.cols = pw; sj.c = s; sj.ldc = pw;
-    sj.c_init = s; sj.ld_init = pw; sj.alpha = decay_last;
+    sj.c_init = s; sj.ld_init = pw; sj.alpha = decay_last; sj.row_alpha = kda.state_decay;
     sj.prefetch = prefetch;
     sj.seg[0] = Segment{k_update, 1, per_channel ? vnew : vdec, pw, n, false, false, dk};
     CGDR_PHASE(kStateUpdate);

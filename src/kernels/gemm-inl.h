@@ -96,6 +96,10 @@ struct GemmJob {
   const float* c_init = nullptr;  // null: start from 0; else alpha * c_init (may equal c)
   int64_t ld_init = 0;
   float alpha = 1.0f;
+  // Set: row r starts from row_alpha[r] * c_init instead of alpha * c_init
+  // (KDA's state update: each key channel's row of S decays by its own
+  // e^G_last, docs/SPEC.md 10).
+  const float* row_alpha = nullptr;
   Segment seg[2];
   int segments = 1;
   // Only columns <= row are needed (lower-triangular results such as Kb K^T
@@ -208,15 +212,16 @@ constexpr int RowsPerBlock() {
 // [c0, c0 + NV vectors): alpha * C_init there, or 0 without C_init (the start
 // of every product's chains, FP32 and bf16 alike).
 template <int R, int NV>
-HWY_INLINE void InitTile(DF d, const float* c_init, int64_t ld_init, float alpha, int64_t r0, int64_t c0,
-                         VF (&acc)[R][NV]) {
+HWY_INLINE void InitTile(DF d, const float* c_init, int64_t ld_init, float alpha, const float* row_alpha, int64_t r0,
+                         int64_t c0, VF (&acc)[R][NV]) {
   const size_t N = hn::Lanes(d);
   if (c_init) {
-    const VF va = hn::Set(d, alpha);
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r) {
+      const VF va = hn::Set(d, row_alpha ? row_alpha[r0 + r] : alpha);
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[r][v] = hn::Mul(va, hn::Load(d, c_init + (r0 + r) * ld_init + c0 + v * N));
+    }
   } else {
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)

@@ -55,7 +55,7 @@ HWY_INLINE void AccumulateSegment(DF d, const Segment& s, int64_t r0, int64_t c0
 template <int R, int NV>
 HWY_INLINE void GemmTile(DF d, const GemmJob& job, int64_t r0, int64_t c0) {
   VF acc[R][NV];
-  InitTile(d, job.c_init, job.ld_init, job.alpha, r0, c0, acc);
+  InitTile(d, job.c_init, job.ld_init, job.alpha, job.row_alpha, r0, c0, acc);
   for (int s = 0; s < job.segments; ++s) {
     if (job.seg[s].negate) {
       AccumulateSegment<R, NV, true>(d, job.seg[s], r0, c0, acc);
@@ -106,6 +106,7 @@ HWY_NOINLINE void PlainRows(const GemmJob& job, int64_t c0, int64_t r_end) {
   const float* HWY_RESTRICT c_init = job.c_init ? job.c_init + c0 : nullptr;
   float* HWY_RESTRICT c = job.c + c0;
   const VF alpha = hn::Set(d, job.alpha);
+  const float* HWY_RESTRICT row_alpha = job.row_alpha;
   PrefetchQueue* const prefetch = job.prefetch;
   const int64_t tile_fmas = R * NV * static_cast<int64_t>(N) * k;
   for (int64_t r0 = 0; r0 + R <= r_end; r0 += R) {
@@ -113,9 +114,11 @@ HWY_NOINLINE void PlainRows(const GemmJob& job, int64_t c0, int64_t r_end) {
     if (c_init) {
       const float* init = c_init + r0 * ld_init;
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r)
+      for (int r = 0; r < R; ++r) {
+        const VF a_r = row_alpha ? hn::Set(d, row_alpha[r0 + r]) : alpha;
 #pragma GCC unroll 8
-        for (int v = 0; v < NV; ++v) acc[r][v] = hn::Mul(alpha, hn::Load(d, init + r * ld_init + v * N));
+        for (int v = 0; v < NV; ++v) acc[r][v] = hn::Mul(a_r, hn::Load(d, init + r * ld_init + v * N));
+      }
     } else {
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r)

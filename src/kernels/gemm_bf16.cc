@@ -113,6 +113,7 @@ HWY_INLINE void RunPackedJob(const PackedJob& pj) {
 // job as for Gemm(); `pack` is ScratchLayout::pack (8 parts of `part` words).
 HWY_NOINLINE void GemmBf16(const GemmJob& job, Precision prec, uint32_t* HWY_RESTRICT pack, int64_t part) {
   const bool split = prec != Precision::kBf16;
+  HWY_ASSERT(job.row_alpha == nullptr);  // per-row decays are KDA's, which the plan runs in FP32 only (CheckPlan)
   // The packed kernel has no tile hook: the product's lines at its start.
   if (job.prefetch) job.prefetch->Credit(job.rows * job.cols * job.KSum());
   PackedJob pj;

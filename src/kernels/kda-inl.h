@@ -4,11 +4,12 @@
 // row factor can carry. Computing them as (Q e^G)(K e^-G)^T overflows once a
 // chunk's cumulative decay passes -88 in any channel; here no exponent is
 // ever positive:
-//   - the chunk's rows split into blocks of 16; block b's origin o(b) is the
+//   - the chunk's rows split into blocks of kKdaBlockRows (4); block b's origin o(b) is the
 //     last row of block b - 1 (the chunk's start for b = 0);
 //   - R_t = e^(G_t - G_o(b_t)), F_s = e^(G_end(b_s) - G_s), E_b = e^(sum of g
-//     over block b): each the exp of a direct sum of g (no difference of
-//     prefix sums, which would lose the small decays after a large one);
+//     over block b): each a running product of the rows' e^g (one exp per
+//     gate; no difference of prefix sums, which would lose the small decays
+//     after a large one; relative error <= 1 ulp per factor, whatever g);
 //   - rows t, s of blocks b_t > b_s: e^(G_t - G_s) = R_t E_(b_s+1..b_t-1) F_s,
 //     products of factors <= 1, so (Q R)(K F E)^T neither overflows nor
 //     underflows where the true value does not;
@@ -38,7 +39,7 @@ namespace cgdr {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-constexpr int64_t kKdaBlock = 16;  // rows per block of the chunk (the inverse's diagonal blocks)
+constexpr int64_t kKdaBlock = kKdaBlockRows;
 
 // The per-channel vectors of one chunk inside ScratchLayout::kda_vec.
 struct KdaVectors {
@@ -110,38 +111,38 @@ HWY_INLINE void BlockDots(const float* HWY_RESTRICT a, int64_t na, const float* 
 }
 
 // Rows [b0, b1) of one block: R_t (Q R, K R into kda_q, kda_k), F_s (K F
-// into kda_kf) and E_b, from the log-decays in kda_g (left as they are).
+// into kda_kf) and E_b, as running products of e^g (kda_g after ExpRows).
 HWY_INLINE void BlockFactors(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t dk, int64_t b0, int64_t b1,
                              float* HWY_RESTRICT block_decay) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const float* g = base + L.kda_g;
+  const float* eg = base + L.kda_g;
   const float* q = base + L.q;
   const float* k = base + L.k;
   float* qr = base + L.kda_q;
   float* kr = base + L.kda_k;
   float* kf = base + L.kda_kf;
   for (int64_t c = 0; c < dk; c += N) {
-    auto sum = hn::Zero(d);  // sum of g from the block's first row to t: log R_t
-    auto r = hn::Set(d, 1.0f);
+    auto r = hn::Set(d, 1.0f);  // e^g from the block's first row to t: R_t
     for (int64_t t = b0; t < b1; ++t) {
-      sum = hn::Add(sum, hn::Load(d, g + t * dk + c));
-      r = hn::Exp(d, sum);
+      r = hn::Mul(r, hn::Load(d, eg + t * dk + c));
       hn::Store(hn::Mul(hn::Load(d, q + t * dk + c), r), d, qr + t * dk + c);
       hn::Store(hn::Mul(hn::Load(d, k + t * dk + c), r), d, kr + t * dk + c);
     }
     hn::Store(r, d, block_decay + c);
-    auto rev = hn::Zero(d);  // sum of g from s + 1 to the block's last row: log F_s
+    auto f = hn::Set(d, 1.0f);  // e^g from s + 1 to the block's last row: F_s
     for (int64_t s = b1 - 1; s >= b0; --s) {
-      hn::Store(hn::Mul(hn::Load(d, k + s * dk + c), hn::Exp(d, rev)), d, kf + s * dk + c);
-      rev = hn::Add(rev, hn::Load(d, g + s * dk + c));
+      hn::Store(hn::Mul(hn::Load(d, k + s * dk + c), f), d, kf + s * dk + c);
+      f = hn::Mul(f, hn::Load(d, eg + s * dk + c));
     }
   }
 }
 
 // The diagonal block's entries (rows and columns [b0, b1)): for s <= t,
-// e^(G_t - G_s) chained from e^g (kda_g after the exp), then
+// e^(G_t - G_s) = e^g_(s+1) ... e^g_t chained, then
 // attn_ts = beta_t k_t . (k_s e^..) for s < t and qk_ts = scale q_t . (k_s e^..).
+// Columns s one at a time, rows t four at a time: the chain stays in a
+// register along the four, and their eight sums reduce together (SumFour).
 HWY_INLINE void DiagonalBlock(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t dk, int64_t b0, int64_t b1,
                               const float* HWY_RESTRICT beta, float scale, float* HWY_RESTRICT chain) {
   const hn::ScalableTag<float> d;
@@ -160,17 +161,47 @@ HWY_INLINE void DiagonalBlock(const ScratchLayout& L, float* HWY_RESTRICT base, 
       dot_qk = hn::MulAdd(hn::Load(d, q + s * dk + c), hn::Load(d, ks + c), dot_qk);
     }
     qk[s * cp + s] = scale * hn::GetLane(hn::SumOfLanes(d, dot_qk));
-    for (int64_t t = s + 1; t < b1; ++t) {
-      auto dot_k = hn::Zero(d), dot_q = hn::Zero(d);
-      for (int64_t c = 0; c < dk; c += N) {
-        const auto e = hn::Mul(hn::Load(d, chain + c), hn::Load(d, eg + t * dk + c));
-        hn::Store(e, d, chain + c);
-        const auto kse = hn::Mul(hn::Load(d, ks + c), e);
-        dot_k = hn::MulAdd(hn::Load(d, k + t * dk + c), kse, dot_k);
-        dot_q = hn::MulAdd(hn::Load(d, q + t * dk + c), kse, dot_q);
+    for (int64_t t0 = s + 1; t0 < b1; t0 += 4) {
+      const int64_t nt = std::min<int64_t>(4, b1 - t0);
+#if HWY_TARGET == HWY_SCALAR
+      for (int64_t j = 0; j < nt; ++j) {
+        const int64_t t = t0 + j;
+        float dot_k = 0.0f, dot_q = 0.0f;
+        for (int64_t c = 0; c < dk; ++c) {
+          chain[c] *= eg[t * dk + c];
+          const float kse = ks[c] * chain[c];
+          dot_k += k[t * dk + c] * kse;
+          dot_q += q[t * dk + c] * kse;
+        }
+        attn[t * cp + s] = beta[t] * dot_k;
+        qk[t * cp + s] = scale * dot_q;
       }
-      attn[t * cp + s] = beta[t] * hn::GetLane(hn::SumOfLanes(d, dot_k));
-      qk[t * cp + s] = scale * hn::GetLane(hn::SumOfLanes(d, dot_q));
+#else
+      using V = hn::Vec<decltype(d)>;
+      V acc_k[4], acc_q[4];
+      for (int j = 0; j < 4; ++j) acc_k[j] = acc_q[j] = hn::Zero(d);
+      for (int64_t c = 0; c < dk; c += N) {
+        V e = hn::Load(d, chain + c);
+        const V kc = hn::Load(d, ks + c);
+        for (int j = 0; j < 4; ++j) {  // unrolled; nt is the same for the whole group
+          if (j >= nt) break;
+          const int64_t t = t0 + j;
+          e = hn::Mul(e, hn::Load(d, eg + t * dk + c));
+          const V kse = hn::Mul(kc, e);
+          acc_k[j] = hn::MulAdd(hn::Load(d, k + t * dk + c), kse, acc_k[j]);
+          acc_q[j] = hn::MulAdd(hn::Load(d, q + t * dk + c), kse, acc_q[j]);
+        }
+        hn::Store(e, d, chain + c);
+      }
+      const hn::FixedTag<float, 4> d4;
+      HWY_ALIGN float sum_k[4], sum_q[4];
+      hn::Store(SumFour(d, acc_k), d4, sum_k);
+      hn::Store(SumFour(d, acc_q), d4, sum_q);
+      for (int64_t j = 0; j < nt; ++j) {
+        attn[(t0 + j) * cp + s] = beta[t0 + j] * sum_k[j];
+        qk[(t0 + j) * cp + s] = scale * sum_q[j];
+      }
+#endif
     }
   }
 }
@@ -201,10 +232,10 @@ HWY_INLINE void KdaPrepareValueHead(const ScratchLayout& L, float* HWY_RESTRICT 
     attn[i] = 0.0f;
     qk[i] = 0.0f;
   }
+  ExpRows(base + L.kda_g, dk, n);  // e^g: every decay below is a product of these
   for (int64_t b = 0; b < blocks; ++b) {
     BlockFactors(L, base, dk, b * kKdaBlock, block_end(b), kv.block_decay + b * dk);
   }
-  ExpRows(base + L.kda_g, dk, n);  // e^g for the diagonal blocks' chains
 
   // Blocks below the diagonal: (Q R)(K F E..)^T and (K R)(K F E..)^T.
   const float* qr = base + L.kda_q;

@@ -164,6 +164,17 @@ void CompareAlgos(std::vector<RowResult>& variants) {
   autorow->extra["auto_slowdown"] = slowdown;
 }
 
+// A KDA row's chunked run against the recurrent form timed in turn with it.
+void AddRecurrentRatio(std::vector<RowResult>& variants) {
+  RowResult& chunked = variants.front();
+  const RowResult& recurrent = variants.back();
+  const double speedup = recurrent.seconds / chunked.seconds;
+  std::printf("  -> the recurrent form (timed in turn): %.3f ms; %s is %.2fx faster\n", recurrent.seconds * 1e3,
+              PlanAlgoName(chunked.chunk).c_str(), speedup);
+  chunked.extra["recurrent_seconds"] = recurrent.seconds;
+  chunked.extra["speedup_vs_recurrent"] = speedup;
+}
+
 // The scaling row (1 thread) was timed in turn with the same formulation on
 // all threads (`all`, not a row of its own): the speedup compares them on
 // the same minutes of this shared machine.
@@ -231,11 +242,12 @@ Status ParseBenchFlags(int argc, char** argv, BenchConfig* cfg, bool* help) {
 const char* kBenchUsage =
     "usage: cgdr bench [--shape ROW] [--t T] [--threads N] [--json FILE]\n"
     "                  [--algo auto|recurrent|chunk16|chunk32|chunk64|all] [--quick] [--reps N]\n"
-    "  default: flagship, 1-thread scaling, T sweep 512..32768, varlen batch, NPU rows, Dk=Dv=200\n"
+    "  default: flagship, 1-thread scaling, T sweep 512..32768, varlen batch, NPU rows, Dk=Dv=200,\n"
+    "           Kimi Linear's KDA (per-channel gate, bf16, f32 state) at T=2048, 8192 with its recurrent form\n"
     "  --shape ROW         one row by name: qwen3-next (the flagship; --t overrides its length),\n"
-    "                      qwen3-next-T512, npu-B1-H16-T128-D128x128, generic-D200x200, ...\n"
+    "                      qwen3-next-T512, npu-B1-H16-T128-D128x128, generic-D200x200, kimi-linear-T8192, ...\n"
     "  --algo all          every row with auto and each forced formulation, compared\n"
-    "  --quick             flagship at T=2048 and two NPU rows, short timing\n"
+    "  --quick             flagship at T=2048, two NPU rows and kimi-linear-T2048, short timing\n"
     "  --precision MODE    auto (default), fp32, bf16, bf16x3 or bf16x4 for every row\n"
     "  --engine ENGINE     auto (default), vector, amx or amx-emu for every row\n"
     "  --precision all     the flagship (--t T, default 8192) with f16 and with bf16 inputs in\n"
@@ -375,6 +387,9 @@ int BenchMain(int argc, char** argv) {
     } else {
       for (Algo a : cfg.algos) runs.push_back(Variant{a, spec.threads > 0 ? spec.threads : cfg.threads});
     }
+    // KDA rows: the recurrent form in turn with the chunked one (issue 33's ratio).
+    const bool vs_recurrent = spec.per_channel_gate && !cfg.all_algos && cfg.algos[0] != Algo::kRecurrent;
+    if (vs_recurrent) runs.push_back(Variant{Algo::kRecurrent, runs[0].threads});
     std::vector<RowResult> variants;
     if (s.ok()) s = BenchRow(spec, data, runs, cfg, peaks, *head, &variants);
     if (s.ok() && scaling) {
@@ -391,6 +406,7 @@ int BenchMain(int argc, char** argv) {
     if (s.ok() && spec.group == "flagship") s = ServingOverhead(data, spec, cfg, &variants[0]);
     if (!s.ok()) return ReportError(Status(s.code(), "bench row " + spec.name + ": " + s.message()));
     if (cfg.all_algos && variants.size() > 1) CompareAlgos(variants);
+    if (vs_recurrent) AddRecurrentRatio(variants);
     for (auto& v : variants) results.push_back(std::move(v));
   }
 

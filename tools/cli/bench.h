@@ -102,6 +102,12 @@ struct RowSpec {
   std::vector<int32_t> lens;
   double baseline_ms = 0.0;  // NPU (300I Duo) time for the same shape, 0 if none
   int threads = 0;           // 0: the bench's thread count
+  // KDA (docs/SPEC.md 10): g [T, Nv, Dk], one log-decay per key channel; its
+  // rows are Kimi Linear's (bf16 in and out, f32 state) and time the
+  // recurrent form in turn with the chunked one.
+  bool per_channel_gate = false;
+  DType dtype = kBenchDType;        // query, key, value, beta, out
+  DType state_dtype = kBenchDType;  // initial_state, final_state
 };
 
 int64_t TotalTokens(const std::vector<int32_t>& lens);
@@ -130,6 +136,8 @@ std::vector<std::string> RowNames();
 // tokens of flagship inputs takes seconds, so it is done once.
 struct PoolKey {
   int64_t Nk, Nv, Dk, Dv;
+  bool per_channel_gate;
+  DType dtype, state_dtype;
   auto operator<=>(const PoolKey&) const = default;
 };
 

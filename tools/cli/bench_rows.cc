@@ -59,6 +59,19 @@ std::vector<RowSpec> NpuRows() {
           NpuRow(1, 16, 1024, 128, 128, 49.211), NpuRow(1, 16, 2048, 128, 128, 97.188)};
 }
 
+// Kimi Linear's KDA layers (Kimi-Linear-48B-A3B's config: 32 heads of
+// Dk = Dv = 128, no grouping), bf16 activations and an f32 state; the
+// per-channel log-decays drawn in [-1, 0] (a chunk's channels then span
+// e^-64 .. 1 at C = 64).
+RowSpec KimiLinearRow(int64_t T) {
+  RowSpec r = Flagship(T, "kimi-linear-T" + std::to_string(T), "kda");
+  r.Nk = r.Nv = 32;
+  r.per_channel_gate = true;
+  r.dtype = DType::kBF16;
+  r.state_dtype = DType::kF32;
+  return r;
+}
+
 RowSpec GenericRow() {
   RowSpec r = Flagship(2048, "generic-D200x200", "generic");
   r.Nk = r.Nv = 16;
@@ -81,6 +94,7 @@ std::vector<RowSpec> SelectRows(const BenchConfig& cfg) {
     const auto npu = NpuRows();
     rows.push_back(npu[1]);
     rows.push_back(npu[4]);
+    rows.push_back(KimiLinearRow(2048));
     return rows;
   }
   for (int64_t t : {512, 1024, 2048, 4096, 8192, 16384, 32768}) {
@@ -89,6 +103,7 @@ std::vector<RowSpec> SelectRows(const BenchConfig& cfg) {
   rows.push_back(VarlenBatch());
   for (const auto& r : NpuRows()) rows.push_back(r);
   rows.push_back(GenericRow());
+  for (int64_t t : {2048, 8192}) rows.push_back(KimiLinearRow(t));
   if (!cfg.shape.empty()) {  // ParseBench checked that the name exists
     std::erase_if(rows, [&](const RowSpec& r) { return r.name != cfg.shape; });
   }
@@ -103,7 +118,7 @@ std::vector<std::string> RowNames() {
   return names;
 }
 
-PoolKey KeyOf(const RowSpec& r) { return {r.Nk, r.Nv, r.Dk, r.Dv}; }
+PoolKey KeyOf(const RowSpec& r) { return {r.Nk, r.Nv, r.Dk, r.Dv, r.per_channel_gate, r.dtype, r.state_dtype}; }
 
 std::map<PoolKey, Pool> SizePools(const std::vector<RowSpec>& rows) {
   std::map<PoolKey, Pool> pools;
@@ -124,8 +139,10 @@ Case& PoolCase(Pool& pool, const PoolKey& key) {
     s.Dv = key.Dv;
     s.lens.assign(static_cast<size_t>(pool.b_max), 0);  // b_max states; all tokens in the first
     s.lens[0] = static_cast<int32_t>(pool.t_max);
-    s.dtype = kBenchDType;
-    s.state_dtype = kBenchDType;
+    s.dtype = key.dtype;
+    s.state_dtype = key.state_dtype;
+    s.per_channel_gate = key.per_channel_gate;
+    if (key.per_channel_gate) s.g_min = -1.0f;
     s.seed = 7;
     pool.data = std::make_unique<Case>(MakeCase(s));
   }
@@ -161,14 +178,17 @@ HeadProblem::HeadProblem(const Inputs& in, const Problem& p, int64_t h) : p_(p),
   k_ = SliceHead(in.key, p.T, p.Nk, hk, p.Dk);
   v_ = SliceHead(in.value, p.T, p.Nv, h, p.Dv);
   beta_ = SliceHead(in.beta, p.T, p.Nv, h, 1);
-  if (in.g.present()) g_ = SliceHead(in.g, p.T, p.Nv, h, 1);
+  const int64_t gates = p.per_channel_gate ? p.Dk : 1;  // per (token, head)
+  if (in.g.present()) g_ = SliceHead(in.g, p.T, p.Nv, h, gates);
   if (in.initial_state.present()) state_ = SliceHead(in.initial_state, p.B, p.Nv, h, p.Dk * p.Dv);
   lens_.assign(p.seq_lens.begin(), p.seq_lens.end());
   in_.query = TensorView(q_.data(), in.query.dtype, {p.T, 1, p.Dk});
   in_.key = TensorView(k_.data(), in.key.dtype, {p.T, 1, p.Dk});
   in_.value = TensorView(v_.data(), in.value.dtype, {p.T, 1, p.Dv});
   in_.beta = TensorView(beta_.data(), in.beta.dtype, {p.T, 1});
-  if (in.g.present()) in_.g = TensorView(g_.data(), in.g.dtype, {p.T, 1});
+  if (in.g.present()) {
+    in_.g = p.per_channel_gate ? TensorView(g_.data(), in.g.dtype, {p.T, 1, p.Dk}) : TensorView(g_.data(), in.g.dtype, {p.T, 1});
+  }
   if (in.initial_state.present()) {
     in_.initial_state = TensorView(state_.data(), in.initial_state.dtype,
                                    {p.B, 1, in.initial_state.shape[2], in.initial_state.shape[3]});
@@ -219,8 +239,9 @@ Json ToJson(const RowResult& r, const std::string& target, double copy_gbps) {
             {"Nv", s.Nv},
             {"Dk", s.Dk},
             {"Dv", s.Dv},
-            {"dtype", DTypeName(kBenchDType)},
-            {"state_dtype", DTypeName(kBenchDType)},
+            {"dtype", DTypeName(s.dtype)},
+            {"state_dtype", DTypeName(s.state_dtype)},
+            {"per_channel_gate", s.per_channel_gate},
             {"threads", r.threads},
             {"algo", PlanAlgoName(r.chunk)},
             {"algo_requested", AlgoName(r.requested)},
