@@ -40,7 +40,8 @@ std::string Describe(const CaseSpec& s, const Options& o) {
   std::ostringstream os;
   os << "Nk=" << s.Nk << " Nv=" << s.Nv << " Dk=" << s.Dk << " Dv=" << s.Dv << " lens=";
   for (int32_t l : s.lens) os << l << ",";
-  os << " dtype=" << DTypeName(s.dtype) << " g=" << (s.has_g ? DTypeName(s.g_dtype) : "none") << " g_min=" << s.g_min
+  os << " dtype=" << DTypeName(s.dtype) << " g=" << (s.has_g ? DTypeName(s.g_dtype) : "none")
+     << (s.per_channel_gate ? " per-channel" : "") << " g_min=" << s.g_min
      << " state=" << (s.has_initial_state ? DTypeName(s.state_dtype) : "none") << " final=" << s.want_final_state
      << " layout=" << StateLayoutName(s.layout) << " l2norm=" << s.use_qk_l2norm << " scale=" << s.scale
      << " seed=" << s.seed << " algo=" << AlgoName(o.algo) << " threads=" << o.threads << " v_step=" << o.v_step
@@ -64,6 +65,7 @@ CaseSpec ReadSpec(ByteReader& r) {
   s.want_final_state = !(flags & 4);
   s.layout = flags & 8 ? StateLayout::kKV : StateLayout::kVK;
   s.use_qk_l2norm = flags & 16;
+  s.per_channel_gate = s.has_g && (flags & 32);  // KDA (docs/SPEC.md 10): g [T, Nv, Dk]
   s.g_dtype = r.Pick<DType>({DType::kF32, DType::kF16, DType::kBF16});
   s.state_dtype = r.Pick<DType>({DType::kF32, DType::kF16, DType::kBF16});
   // g uniform in [g_min, 0] (SPEC 6: g <= 0), down to decays that underflow
@@ -90,6 +92,10 @@ Options ReadOptions(ByteReader& r, const CaseSpec& s) {
   // The AMX engine's numerics on any machine (the emulation), and the
   // hardware where the CPU has it (auto, amx).
   o.engine = r.Pick<Engine>({Engine::kAuto, Engine::kVector, Engine::kAmx, Engine::kAmxEmulated, Engine::kAmxEmulated});
+  if (s.per_channel_gate) {  // KDA has fp32 vector products only (others are refused by name: kda_test)
+    if (o.precision != Precision::kAuto) o.precision = Precision::kFp32;
+    if (o.engine != Engine::kAuto) o.engine = Engine::kVector;
+  }
   return o;
 }
 
@@ -167,7 +173,7 @@ Case FastCase(const CaseSpec& spec) {
   FillRows(c.value, spec.dtype, spec.Dv, false, rng);
   FillUniform(c.beta, spec.dtype, 0.05, 0.95, rng);
   if (spec.has_g) {
-    c.g = alloc(T * spec.Nv, spec.g_dtype);
+    c.g = alloc(T * spec.Nv * (spec.per_channel_gate ? spec.Dk : 1), spec.g_dtype);
     FillUniform(c.g, spec.g_dtype, spec.g_min, 0.0, rng);
   }
   const int64_t state_n = B * spec.Nv * spec.Dk * spec.Dv;
@@ -218,8 +224,11 @@ Fp32Result Fp32Recurrence(const Inputs& in, const Problem& p) {
         row(in.query, t * p.Nk + h / group, q);
         row(in.key, t * p.Nk + h / group, k);
         const float beta = LoadAsF32(in.beta.data, in.beta.dtype, t * p.Nv + h);
-        const float decay = in.g.present() ? std::exp(LoadAsF32(in.g.data, in.g.dtype, t * p.Nv + h)) : 1.0f;
-        for (float& x : S) x *= decay;
+        for (int64_t i = 0; i < Dk; ++i) {  // S = Diag(exp(g)) S: one decay per head, or per key channel (KDA)
+          const int64_t at = p.per_channel_gate ? (t * p.Nv + h) * Dk + i : t * p.Nv + h;
+          const float decay = in.g.present() ? std::exp(LoadAsF32(in.g.data, in.g.dtype, at)) : 1.0f;
+          for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] *= decay;
+        }
         for (int64_t j = 0; j < Dv; ++j) {
           float stk = 0.0f, o = 0.0f;
           for (int64_t i = 0; i < Dk; ++i) stk += S[i * Dv + j] * k[i];

@@ -572,7 +572,9 @@ def _run_kda(query, key, value, g, beta, initial_state, output_final_state, l2no
         cu_seqlens = torch.as_tensor(cu_seqlens)
     out, state = chunk_kda(query, key, value, g, beta, initial_state=init, output_final_state=True,
                            use_qk_l2norm_in_kernel=l2norm, cu_seqlens=cu_seqlens)
-    return out.to(query.dtype), (state if output_final_state else None)
+    if not output_final_state:
+        state = None  # the layer asked for none (no cache)
+    return out.to(query.dtype), state
 
 
 def chunk_kimi_delta_attention(query, key, value, g, beta, chunk_size=64, initial_state=None,
