@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 kimi = pytest.importorskip("transformers.models.kimi_linear.modeling_kimi_linear")
 
 import cgdr.torch  # noqa: E402
+from _qwen3_next import padded_prompts, rel  # noqa: E402  (the prompts and the error of the Qwen3-Next tests)
 from cgdr import reference_torch as R  # noqa: E402
 
 NAMES = ("chunk_kimi_delta_attention", "recurrent_kimi_delta_attention")
@@ -63,22 +64,6 @@ def transformers_fallback():
     finally:
         for n, fn in saved.items():
             setattr(kimi, n, fn)
-
-
-def padded_prompts(vocab, lengths, seed=1, pad=0):
-    gen = torch.Generator().manual_seed(seed)
-    T = max(lengths)
-    ids = torch.full((len(lengths), T), pad, dtype=torch.long)
-    mask = torch.zeros((len(lengths), T), dtype=torch.long)
-    for i, n in enumerate(lengths):
-        ids[i, T - n:] = torch.randint(2, vocab, (n,), generator=gen)
-        mask[i, T - n:] = 1
-    return ids, mask
-
-
-def rel(x, ref):
-    x, ref = x.double(), ref.double()
-    return float((x - ref).norm() / ref.norm())
 
 
 def test_patch_replaces_and_restores():
