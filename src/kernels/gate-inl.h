@@ -18,7 +18,6 @@
 #define CGDR_KERNELS_GATE_INL_H_
 #endif
 
-#include <algorithm>
 #include <cstdint>
 
 #include "hwy/contrib/math/math-inl.h"
@@ -57,18 +56,29 @@ HWY_INLINE hn::Vec<D> Sigmoid(D d, hn::Vec<D> x) {
   return hn::Div(one, hn::Add(one, hn::Exp(d, hn::Neg(x))));
 }
 
-// x[0, n) = f(x[0, n)) lane by lane; the tail through a zero-padded vector.
+// x[0, n) = f(x[0, n), y[0, n)) lane by lane (y null: zeros); the tail
+// through zero-padded vectors.
 template <class Fn>
-HWY_INLINE void MapRow(float* HWY_RESTRICT x, int64_t n, const Fn& f) {
+HWY_INLINE void MapRows(float* HWY_RESTRICT x, const float* HWY_RESTRICT y, int64_t n, const Fn& f) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(f(d, hn::LoadU(d, x + i)), d, x + i);
+  for (; i + N <= n; i += N) hn::StoreU(f(d, hn::LoadU(d, x + i), y ? hn::LoadU(d, y + i) : hn::Zero(d)), d, x + i);
   if (i == n) return;
   HWY_ALIGN float tail[hn::MaxLanes(d)] = {};
-  for (int64_t j = i; j < n; ++j) tail[j - i] = x[j];
-  hn::Store(f(d, hn::Load(d, tail)), d, tail);
+  HWY_ALIGN float tail_y[hn::MaxLanes(d)] = {};
+  for (int64_t j = i; j < n; ++j) {
+    tail[j - i] = x[j];
+    tail_y[j - i] = y ? y[j] : 0.0f;
+  }
+  hn::Store(f(d, hn::Load(d, tail), hn::Load(d, tail_y)), d, tail);
   for (int64_t j = i; j < n; ++j) x[j] = tail[j - i];
+}
+
+// x[0, n) = f(x[0, n)) lane by lane.
+template <class Fn>
+HWY_INLINE void MapRow(float* HWY_RESTRICT x, int64_t n, const Fn& f) {
+  MapRows(x, nullptr, n, [&f](auto d, auto a, auto) { return f(d, a); });
 }
 
 // The log-decay of one lane from the raw gate a and its bias.
@@ -90,19 +100,7 @@ HWY_INLINE void GateRow(float* HWY_RESTRICT x, int64_t n, HeadGate gate) {
 // with gate.dt_bias_row[i] for channel i (KDA, docs/SPEC.md 10). Lane for
 // lane the same arithmetic as GateRow.
 HWY_INLINE void GateChannels(float* HWY_RESTRICT x, int64_t n, const HeadGate& gate) {
-  const hn::ScalableTag<float> d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  HWY_ALIGN float bias[hn::MaxLanes(d)] = {};
-  HWY_ALIGN float tail[hn::MaxLanes(d)] = {};
-  for (int64_t i = 0; i < n; i += N) {
-    const int64_t m = std::min<int64_t>(N, n - i);
-    for (int64_t j = 0; j < N; ++j) {
-      bias[j] = j < m && gate.dt_bias_row ? gate.dt_bias_row[i + j] : 0.0f;
-      tail[j] = j < m ? x[i + j] : 0.0f;
-    }
-    hn::Store(GateLanes(d, hn::Load(d, tail), hn::Load(d, bias), gate), d, tail);
-    for (int64_t j = 0; j < m; ++j) x[i + j] = tail[j];
-  }
+  MapRows(x, gate.dt_bias_row, n, [&gate](auto d, auto a, auto bias) { return GateLanes(d, a, bias, gate); });
 }
 
 // x[0, n): the raw b in, beta = sigmoid(b) out.

@@ -155,7 +155,7 @@ Status CheckTokenInputs(TokenAxis axis, const TensorView& query, const TensorVie
   if (g.present()) {
     // [X, Nv]: one log-decay per head; [X, Nv, Dk]: one per key channel (KDA, docs/SPEC.md 10).
     d.per_channel = g.rank == lead + 2;
-    CGDR_TRY(CheckRank("g", g, g.rank == lead + 2 ? lead + 2 : lead + 1, d.GateDims().c_str()));
+    CGDR_TRY(CheckRank("g", g, d.per_channel ? lead + 2 : lead + 1, d.GateDims().c_str()));
     const std::string dims_g = d.per_channel ? d.GateDims() : std::string(x.head);
     CGDR_TRY(CheckShape("g", g, d.per_channel ? d.Shape({Nv, Dk}) : d.Shape({Nv}), dims_g.c_str()));
     CGDR_TRY(CheckFloatDType("g", g));
