@@ -12,9 +12,11 @@ struct FmaPeak {
   int threads = 0;
   size_t lanes = 0;      // f32 lanes of the dispatched vector
   std::string target;    // Highway target the loop ran on ("AVX3", ...)
+  int chains = 0;        // independent FMA chains per thread (all in registers on that target)
 };
 
-// Register-only FMA loop (16 independent accumulators) on `threads` threads
+// Register-only FMA loop (12 or 16 independent accumulators: as many as the
+// target's vector registers hold with the loop's constants) on `threads` threads
 // at once; best of short trials taking about 2 * `seconds` in all.
 FmaPeak MeasureFmaPeak(int threads, double seconds = 0.2);
 
