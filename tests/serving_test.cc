@@ -49,6 +49,8 @@ Options OptionsFor(const Case& c, const EngineMode& m, Algo algo, int threads = 
 
 bool SameBytes(const void* a, const void* b, size_t n) { return std::memcmp(a, b, n) == 0; }
 
+constexpr uintptr_t kLine = 64;
+
 // The error a precision mode's results meet (SPEC 6, 6c): fp32 the SPEC 6
 // limit, bf16x3 twice it, bf16 (8 significant bits per operand) 1.5e-2.
 double ModeLimit(Precision p, double spec6) {
@@ -182,6 +184,43 @@ TEST(Checkpoints, EqualPrefixPrefillsBitwise) {
       }
     }
   }
+}
+
+// Checkpoints streamed past the caches (whole 64-byte lines: a line-aligned
+// buffer, rows of Dv = 64 16-bit values) on every target, both layouts and
+// 16-bit checkpoint dtypes: the same bits as the prefix prefills' final
+// states. On the 128-bit targets a 16-bit vector is 8 bytes, which Highway
+// streams with a 16-byte store (it faulted in verify): such rows take plain
+// stores (kStreamableAs).
+TEST(Checkpoints, StreamedSixteenBitRowsOnEveryTarget) {
+  testing::ForEachTarget([&](const std::string& target) {
+    for (const StateLayout layout : {StateLayout::kVK, StateLayout::kKV}) {
+      for (const DType ckpt_dt : {DType::kBF16, DType::kF16}) {
+        SCOPED_TRACE(target + " " + DTypeName(ckpt_dt) + (layout == StateLayout::kVK ? " vk" : " kv"));
+        CaseSpec spec = ServingSpec(DType::kF32, ckpt_dt, layout, {64, 40});
+        spec.Dk = spec.Dv = 64;
+        Case c = MakeCase(spec);
+        Options opt = c.options();
+        opt.algo = Algo::kChunk16;
+        const Options plain = opt;
+        opt.checkpoint_every = 32;
+        const TensorView& fs = c.outputs().final_state;
+        const int64_t rows = 3, row_bytes = fs.shape[1] * fs.shape[2] * fs.shape[3] * 2;
+        std::vector<uint8_t> storage(static_cast<size_t>(rows * row_bytes + kLine), 0xA5);
+        uint8_t* aligned = storage.data() + (kLine - reinterpret_cast<uintptr_t>(storage.data()) % kLine) % kLine;
+        Outputs out = c.outputs();
+        out.checkpoint_states = TensorView(aligned, ckpt_dt, {rows, fs.shape[1], fs.shape[2], fs.shape[3]});
+        ASSERT_TRUE(cgdr::Run(c.inputs(), out, opt).ok());
+        const std::pair<int64_t, int64_t> ckpts[] = {{0, 32}, {0, 64}, {1, 32}};  // (sequence, tokens)
+        for (int64_t row = 0; row < rows; ++row) {
+          const auto [b, m] = ckpts[row];
+          const std::vector<uint8_t> want = PrefixFinalState(c, plain, b, m, ckpt_dt);
+          EXPECT_TRUE(SameBytes(aligned + row * row_bytes, want.data(), static_cast<size_t>(row_bytes)))
+              << "checkpoint " << row;
+        }
+      }
+    }
+  });
 }
 
 // checkpoint_every not a multiple of C: chunks are cut at checkpoints, and

@@ -391,16 +391,13 @@ HWY_INLINE void VerifyRowsVK(const HeadTokens& h, int64_t j0, bool stream) {
 
 // Whether every destination row of an item (rows of `row` elements) can take
 // whole-vector streaming stores: rows of whole vectors, each destination
-// aligned to a vector. Not where a stored vector is under 16 bytes (a 16-bit
-// pool on a 128-bit target): Highway's Stream of a partial x86 vector is a
-// whole 16-byte movntdq, which needs 16-byte alignment and writes past the
-// lanes (it faulted, and would write past a row's end).
+// aligned to a vector. Never where a stored vector is under 16 bytes (a
+// 16-bit pool on a 128-bit target: kStreamableAs says why).
 template <DType kT>
 HWY_INLINE bool StreamsRows(const HeadTokens& h, int64_t row) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   if (!kStreamableAs<kT> || row % L != 0) return false;
-  if (HWY_TARGET != HWY_SCALAR && L * kDTypeBytes<kT> < 16) return false;
   const auto vector_bytes = static_cast<uintptr_t>(L * kDTypeBytes<kT>);
   for (int64_t t = 0; t < h.K; ++t) {
     if (reinterpret_cast<uintptr_t>(h.dst[t]) % vector_bytes != 0) return false;

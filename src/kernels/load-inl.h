@@ -100,10 +100,16 @@ HWY_INLINE void LoadRow(const void* src, DType t, int64_t n, float* HWY_RESTRICT
   ForDType(t, [&](auto tag) { LoadRowAs<decltype(tag)::value>(src, n, dst, n_pad); });
 }
 
-// Whether StoreVectorAs<kT, true> writes with one streaming store here
-// (f16 without F16C converts lane by lane).
+// Whether StoreVectorAs<kT, true> writes with one streaming store here:
+// not f16 without F16C (it converts lane by lane), and not where a vector of
+// kT is under 16 bytes (16-bit rows on the 128-bit targets): Highway streams
+// such a partial vector with a 16-byte store, which faulted on 8-byte-aligned
+// addresses and writes past the vector (prefill checkpoints and verify on a
+// bf16 pool, SSE4).
 template <DType kT>
-constexpr bool kStreamableAs = kT != DType::kF16 || HWY_TARGET <= HWY_AVX2;
+constexpr bool kStreamableAs =
+    (kT != DType::kF16 || HWY_TARGET <= HWY_AVX2) &&
+    (HWY_TARGET == HWY_SCALAR || hn::MaxLanes(hn::ScalableTag<float>()) * kDTypeBytes<kT> >= 16);
 
 // The lanes of v stored as kT at element i of dst (round to nearest even).
 // kStream (only where kStreamableAs<kT>): a streaming store past the caches;
