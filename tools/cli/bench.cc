@@ -50,8 +50,18 @@ Status BenchRow(const RowSpec& spec, Case& data, const std::vector<Variant>& var
   std::vector<Timing> timings;
   ResetPhaseTimers();
   if (Status s = TimeRunsInTurn(in, out, opts, cfg.reps, cfg.quick ? 0.15 : 0.5, &timings); !s.ok()) return s;
-  // Stages are told apart per row only where one variant ran.
-  const std::vector<PhaseTotal> phases = variants.size() == 1 ? PhaseTotals() : std::vector<PhaseTotal>{};
+  // The stages of each variant: the timed reps' where one variant ran; where
+  // several ran in turn (their counters mixed), one more untimed run each.
+  std::vector<std::vector<PhaseTotal>> phases(variants.size());
+  if (variants.size() == 1) {
+    phases[0] = PhaseTotals();
+  } else if (PhaseTimersCompiled()) {
+    for (size_t k = 0; k < variants.size(); ++k) {
+      ResetPhaseTimers();
+      if (Status s = Run(in, out, opts[k]); !s.ok()) return s;
+      phases[k] = PhaseTotals();
+    }
+  }
   const int64_t T = TotalTokens(spec.lens);
   for (size_t k = 0; k < variants.size(); ++k) {
     RowResult r;
@@ -62,7 +72,7 @@ Status BenchRow(const RowSpec& spec, Case& data, const std::vector<Variant>& var
     r.threads = opts[k].threads;
     r.chunk = plans[k].chunk;
     r.v_step = plans[k].v_step;
-    r.phases = phases;
+    r.phases = phases[k];
     FillTiming(timings[k], T, AlgoFlops(T, spec.Nv, spec.Dk, spec.Dv), peaks.Get(opts[k].threads).gflops,
                peaks.Amx(opts[k].threads), &r);
     // `out` holds the last option's result, and outputs do not depend on the

@@ -302,7 +302,7 @@ void PrintPhases(const RowResult& r) {
   if (r.phases.empty()) return;
   uint64_t all = 0;
   for (const PhaseTotal& t : r.phases) all += t.ticks;
-  std::printf("  -> phases (%s, every rep and thread; a call is one chunk of one item or head):\n", PhaseTickUnit());
+  std::printf("  -> phases (%s, summed over threads and runs; a call is one chunk of one item or head):\n", PhaseTickUnit());
   for (const PhaseTotal& t : r.phases) {
     std::printf("     %-32s %10llu calls %10.0f per call %5.1f%%\n", PhaseName(t.phase),
                 static_cast<unsigned long long>(t.calls), static_cast<double>(t.ticks) / static_cast<double>(t.calls),
