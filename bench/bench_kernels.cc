@@ -2,7 +2,8 @@
 // the blocked inverse, the K-side preparation, the V-side state products and
 // the recurrent tile step, on hot scratch, for the dispatched SIMD target;
 // and the state products once more with the state streaming from L2 as in a
-// call (state_products_l2: 8 items' tiles in turn, as a group of 8 heads).
+// call (state_products_l2: 8 items' tiles in turn, as a group of 8 heads);
+// and KDA's (the per-channel gate, docs/SPEC.md 10) K side and state products.
 // Counters: "alg_GFLOPs" counts SPEC 8's algorithmic flops of the tokens a
 // call covers (6 Dk Dv per token), "GFLOPs" the phase's own multiply-adds.
 #undef HWY_TARGET_INCLUDE
@@ -18,6 +19,7 @@
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 #include "kernels/chunk-inl.h"
+#include "kernels/kda-inl.h"
 #include "kernels/kside-inl.h"
 #include "kernels/recurrent-inl.h"
 #include "plan/scratch_layout.h"
@@ -35,11 +37,15 @@ void FillScratch(float* p, int64_t n) {
 constexpr int64_t kStreamedTiles = 8;  // state_products_l2: 8 x 64 KiB tiles at 128 x 128
 
 float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) {
-  const ScratchLayout L(chunk, dk, dv, phase == 4 ? kStreamedTiles : 1);
+  const bool per_channel = phase == 5 || phase == 6;
+  const ScratchLayout L(chunk, dk, dv, phase == 4 ? kStreamedTiles : 1, false, false, per_channel);
   auto buf = hwy::AllocateAligned<float>(static_cast<size_t>(L.total));
   std::vector<float> init(static_cast<size_t>(L.total));
   FillScratch(init.data(), L.total);
   float* base = buf.get();
+  if (per_channel) {  // the state's per-channel decay: near 1, so S neither vanishes nor grows
+    for (int64_t i = 0; i < dk; ++i) init[static_cast<size_t>(L.kda_decay + i)] = 0.999f;
+  }
   std::memcpy(base, init.data(), static_cast<size_t>(L.total) * 4);
   ChunkVectors cv(base + L.vec, L.c_pad);
   const int64_t n = L.c;
@@ -75,6 +81,16 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
         }
         break;
       }
+      case 5:  // KDA's K side: e^g, block factors, the decayed products, inverse, the V side's operands
+        for (int64_t i = 0; i < n * dk; ++i) base[L.kda_g + i] = -0.05f;
+        KdaPrepareValueHead(L, base, n, 1.0f);
+        sum += base[L.attn];
+        break;
+      case 6:  // KDA's V side: operands K e^G, Q e^G, K e^(G_last - G), per-channel state decay
+        ChunkVSide(L, base, L.StateTile(base, 0), n);
+        sum += base[L.o];
+        if (it % 16 == 15) std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats()) * 4);
+        break;
       default: {  // recurrent: n tokens over one state tile
         const Panels sp(L.dk_pad, L), rp(L.c, L);
         for (int64_t c0 = 0; c0 < L.w_pad; c0 = sp.Next(c0)) {
@@ -107,8 +123,10 @@ double PhaseFlops(int phase, int64_t chunk, int64_t dk, int64_t dv) {
   switch (phase) {
     case 0: return 2.0 * c * c * c / 6.0;
     case 1: return 2.0 * c * c * dk;  // K K^T and Q K^T, lower triangles
+    case 5: return 2.0 * 2.0 * c * c / 2.0 * dk;  // the decayed K K^T and Q K^T, lower triangles
     case 2:
-    case 4: return 2.0 * (3.0 * c * dk * dv + c * c * dv);
+    case 4:
+    case 6: return 2.0 * (3.0 * c * dk * dv + c * c * dv);
     default: return 2.0 * 3.0 * c * dk * dv;
   }
 }
@@ -121,7 +139,7 @@ void BM_Phase(benchmark::State& state, int phase) {
   benchmark::DoNotOptimize(sink);
   const double calls = static_cast<double>(state.iterations()) * kCallsPerIteration;
   state.counters["GFLOPs"] = benchmark::Counter(PhaseFlops(phase, c, dk, dv) * calls / 1e9, benchmark::Counter::kIsRate);
-  if (phase >= 2) {  // the V side and the recurrence cover tokens
+  if (phase >= 2 && phase != 5) {  // the V side and the recurrence cover tokens
     state.counters["alg_GFLOPs"] =
         benchmark::Counter(6.0 * RowsPerStep(c) * dk * dv * calls / 1e9, benchmark::Counter::kIsRate);
   }
@@ -131,6 +149,8 @@ BENCHMARK_CAPTURE(BM_Phase, inverse, 0)->Args({16, 128, 128})->Args({32, 128, 12
 BENCHMARK_CAPTURE(BM_Phase, kside, 1)->Args({16, 128, 128})->Args({32, 128, 128})->Args({64, 128, 128})->Args({64, 208, 208});
 BENCHMARK_CAPTURE(BM_Phase, state_products, 2)->Args({16, 128, 128})->Args({32, 128, 128})->Args({64, 128, 128})->Args({16, 208, 208});
 BENCHMARK_CAPTURE(BM_Phase, state_products_l2, 4)->Args({16, 128, 128})->Args({64, 128, 128})->Args({16, 208, 208});
+BENCHMARK_CAPTURE(BM_Phase, kda_kside, 5)->Args({16, 128, 128})->Args({32, 128, 128})->Args({64, 128, 128});
+BENCHMARK_CAPTURE(BM_Phase, kda_state_products, 6)->Args({16, 128, 128})->Args({32, 128, 128})->Args({64, 128, 128});
 BENCHMARK_CAPTURE(BM_Phase, recurrent_tile, 3)->Args({1, 128, 128})->Args({1, 128, 64})->Args({1, 64, 64});
 
 }  // namespace cgdr

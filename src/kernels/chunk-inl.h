@@ -161,7 +161,7 @@ HWY_INLINE void StoreOutputRows(const ScratchLayout& L, const float* HWY_RESTRIC
 // against S, and A's product with K (c x c x dk per value head) disappears.
 // prec: the three products in the plan's precision (the state stays FP32).
 // prefetch: lines to issue between the products' tiles (may be null).
-// The per-channel gate (KDA, docs/SPEC.md 10; kda-inl.h) swaps the operands:
+// The per-channel gate (KDA, docs/SPEC.md 10; kda.cc) swaps the operands:
 // X reads K e^G, O reads Q e^G, the update reads K e^(G_last - G) against
 // Vnew itself, and the state decays by e^G_last row by row (per key channel)
 // instead of by one factor.

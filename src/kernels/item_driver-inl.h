@@ -400,7 +400,7 @@ HWY_INLINE void PrepareValueHeadTimed(const ItemView& iv, const ScratchLayout& L
     if (L.kda) LoadChannelDecays(iv, L, base, t, n);
   }
   CGDR_PHASE(kValueHeadPrep);
-  if (L.kda) return KdaPrepareValueHead<kDkPad>(L, base, n, scale);
+  if (L.kda) return KdaPrepareValueHead(L, base, n, scale);
   PrepareValueHead(L, base, n, scale);
 }
 

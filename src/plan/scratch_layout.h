@@ -28,12 +28,12 @@ constexpr int64_t kChunkVectors = 8;
 constexpr int64_t kAmxN = 16;
 constexpr int64_t kAmxK = 32;
 
-// KDA's chunk rows per block (kernels/kda-inl.h): the decays between two
+// KDA's chunk rows per block (kernels/kda.cc): the decays between two
 // blocks are products of row factors (matrix products, 1 multiply-add per
-// entry and channel), those inside one are chained pair by pair (4 vector
-// operations per entry and channel), so small blocks do the least work; at
-// C = 16, Dk = Dv = 128 blocks of 4 and 8 ran alike within the noise of the
-// 2-vCPU host (AMD EPYC Zen 5), 16 no faster.
+// entry and channel), those inside one are chained pair by pair (a few
+// vector operations per entry and channel), so small blocks do the least
+// work; at C = 16, Dk = Dv = 128 blocks of 4 and 8 ran alike within the
+// noise of the 2-vCPU host (AMD EPYC Zen 5), 16 no faster.
 constexpr int64_t kKdaBlockRows = 4;
 
 struct ScratchLayout {
@@ -81,14 +81,14 @@ struct ScratchLayout {
   int64_t amx_s = 0, amx_s_plane = 0, amx_x = 0, amx_v = 0, amx_cw_plane = 0;
   int64_t amx_flags = 0;  // which operands have a nonzero lo plane (one word each)
   // The per-channel gate only (KDA, docs/SPEC.md 10; empty otherwise), per
-  // value head; the chunk's rows in blocks of kKdaBlockRows (kernels/kda-inl.h):
+  // value head; the chunk's rows in blocks of kKdaBlockRows (kernels/kda.cc):
   int64_t kda_g = 0;    // [c][dk_pad]  log-decays g, then e^g
-  int64_t kda_q = 0;    // [c][dk_pad]  Q * e^(G - G_o) (o: the end of the block before), then Q * e^G
-  int64_t kda_k = 0;    // [c][dk_pad]  K * e^(G - G_o), then K * e^G
+  int64_t kda_q = 0;    // [c][dk_pad]  Q * e^G
+  int64_t kda_k = 0;    // [c][dk_pad]  K * e^G
   int64_t kda_kf = 0;   // [c][dk_pad]  K * e^(G_o' - G) (o': the end of its own block), then K * e^(G_last - G)
-  int64_t kda_blk = 0;  // [kKdaBlockRows][dk_pad] one block of kda_kf carried across later blocks
-  int64_t kda_vec = 0;  // [c_pad / kKdaBlockRows + 2][dk_pad]  per-block decays, a chain, a running product
-  int64_t kda_decay = 0;  // [dk_pad]  e^G_last: the carried state's decay per key channel
+  int64_t kda_rel = 0;  // [2][kKdaBlockRows][dk_pad]  Q, K of one block times e^(G - G_o) (o: the end of the block before)
+  int64_t kda_vec = 0;  // [dk_pad]  the decay of one block
+  int64_t kda_decay = 0;  // [dk_pad]  e^G_o of the block at hand; at the end e^G_last: the carried state's decay per key channel
   bool kda = false;
   int64_t total = 0;    // floats
 
@@ -156,8 +156,8 @@ struct ScratchLayout {
       kda_q = take(c * dk_pad);
       kda_k = take(c * dk_pad);
       kda_kf = take(c * dk_pad);
-      kda_blk = take(kKdaBlockRows * dk_pad);
-      kda_vec = take((c_pad / kKdaBlockRows + 2) * dk_pad);
+      kda_rel = take(2 * kKdaBlockRows * dk_pad);
+      kda_vec = take(dk_pad);
       kda_decay = take(dk_pad);
     }
     total = at;
