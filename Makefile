@@ -80,21 +80,18 @@ test-tsan: setup
 	  TSAN_OPTIONS="halt_on_error=1 abort_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
 	  ctest --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)'
 
-# The timing builds (bench/README.md, "Where the time goes"), which no other
-# target compiles: the phase counters' test in a counting build, then one
-# amx-emu bench row in the build that skips the emulated products, which must
-# print the AMX engine's stages. AVX-512 and scalar targets only (the code
-# timed is the same on every target).
+# The timing build (bench/README.md, "Where the time goes"), which no other
+# target compiles: the phase counters' test, then one amx-emu bench row that
+# skips the emulated products, which must print the AMX engine's stages.
+# AVX-512 and scalar targets only (the code timed is the same on every target).
 TIMING_BUILD = -DCMAKE_BUILD_TYPE=Release '-DCGDR_HWY_TARGETS=(HWY_AVX3|HWY_SCALAR)' -DCGDR_PHASE_TIMERS=ON \
   -DCGDR_PYTHON=OFF -DCGDR_BENCH=OFF
 test-timing: setup
-	@cmake -S . -B build-timing-test $(TIMING_BUILD) >/dev/null
-	@cmake --build build-timing-test -j $(JOBS) --target phase_timers_test
-	@build-timing-test/tests/phase_timers_test
-	@cmake -S . -B build-timing $(TIMING_BUILD) -DCGDR_SKIP_EMULATED_PRODUCTS=ON -DCGDR_TESTS=OFF >/dev/null
-	@cmake --build build-timing -j $(JOBS) --target cgdr_cli
+	@cmake -S . -B build-timing $(TIMING_BUILD) >/dev/null
+	@cmake --build build-timing -j $(JOBS) --target phase_timers_test cgdr_cli
+	@build-timing/tests/phase_timers_test
 	@build-timing/cgdr bench --shape qwen3-next --t 256 --threads 1 --precision bf16x3 --engine amx-emu \
-	  | tee build-timing/bench.txt
+	  --skip-emulated-products | tee build-timing/bench.txt
 	@grep -q "amx: S split" build-timing/bench.txt || { echo "test-timing: the bench printed no AMX stages"; exit 1; }
 
 # libFuzzer targets (fuzz/README.md): each runs FUZZ_SECONDS (or FUZZ_RUNS

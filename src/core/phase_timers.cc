@@ -1,6 +1,7 @@
 #include "core/phase_timers.h"
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -74,13 +75,17 @@ bool PhaseTimersCompiled() {
 #endif
 }
 
-bool EmulatedProductsSkipped() {
-#ifdef CGDR_SKIP_EMULATED_PRODUCTS
+namespace {
+std::atomic<bool> g_skip_emulated_products{false};
+}  // namespace
+
+bool SkipEmulatedProducts() {
+  if (!PhaseTimersCompiled()) return false;
+  g_skip_emulated_products.store(true, std::memory_order_relaxed);
   return true;
-#else
-  return false;
-#endif
 }
+
+bool EmulatedProductsSkipped() { return g_skip_emulated_products.load(std::memory_order_relaxed); }
 
 const char* PhaseTickUnit() {
 #if defined(__x86_64__)

@@ -5,10 +5,10 @@
 //
 // Compiled in only when CMake's CGDR_PHASE_TIMERS is ON: the default build
 // has no counters, CGDR_PHASE compiles to no code (a static_assert that
-// checks the phase's name) and PhaseTimersCompiled() is false. With
-// CGDR_SKIP_EMULATED_PRODUCTS also ON, the AMX emulation's tile products are
-// skipped (results wrong, tests not built): `cgdr bench --engine amx-emu`
-// then times the AMX engine's passes alone, on any CPU.
+// checks the phase's name) and PhaseTimersCompiled() is false. In a timing
+// build, SkipEmulatedProducts() (`cgdr bench --skip-emulated-products`)
+// skips the AMX emulation's tile products from then on (results wrong):
+// `--engine amx-emu` rows then time the AMX engine's passes alone, on any CPU.
 #pragma once
 
 #include <cstdint>
@@ -43,9 +43,14 @@ enum class Phase : int {
 
 const char* PhaseName(Phase p);
 
-// Whether this build counts (CGDR_PHASE_TIMERS) and skips the emulation's
-// products (CGDR_SKIP_EMULATED_PRODUCTS).
+// Whether this build counts (CGDR_PHASE_TIMERS).
 bool PhaseTimersCompiled();
+
+// Timing builds only: the AMX emulation's tile products are skipped from now
+// on in this process (every later result is wrong). Returns false, changing
+// nothing, in any other build.
+bool SkipEmulatedProducts();
+// Whether SkipEmulatedProducts() took effect.
 bool EmulatedProductsSkipped();
 
 // What a tick is: "TSC cycles" on x86-64, "ns" elsewhere.

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/phase_timers.h"
 #include "hwy/highway.h"
 #include "kernels/amx.h"
 #include "kernels/bf16-inl.h"
@@ -371,11 +372,13 @@ HWY_INLINE void RunTileJob(Tiles& t, const TileJob& job, SideTask* side = nullpt
   const int64_t blocks = side ? CountBlocks(job) : 0;
   int64_t done = 0;
   ForEachBlock(job, [&](const TileBlockRef& b) {
-#ifdef CGDR_SKIP_EMULATED_PRODUCTS
-    // A timing build (core/phase_timers.h): the passes around the products alone.
+#ifdef CGDR_PHASE_TIMERS
+    // A timing build asked to skip them (core/phase_timers.h): the passes around the products alone.
     if constexpr (!Tiles::kHardware) {
-      if (side) side->RunTo(++done, blocks);
-      return;
+      if (EmulatedProductsSkipped()) {
+        if (side) side->RunTo(++done, blocks);
+        return;
+      }
     }
 #endif
     if (b.mr == 2 && b.nr == 2) {

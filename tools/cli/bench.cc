@@ -200,7 +200,8 @@ void AddScaling(const RowResult& all, RowResult& one) {
 Status ParseBenchFlags(int argc, char** argv, BenchConfig* cfg, bool* help) {
   Args a;
   Status s = a.Parse("bench", argc, argv,
-                     {"--shape", "--t", "--threads", "--json", "--algo", "--reps", "--precision", "--engine"}, {"--quick"});
+                     {"--shape", "--t", "--threads", "--json", "--algo", "--reps", "--precision", "--engine"},
+                     {"--quick", "--skip-emulated-products"});
   if (!s.ok()) return s;
   *help = a.Has("--help");
   int64_t t = 0, threads = 0, reps = 0;
@@ -211,6 +212,11 @@ Status ParseBenchFlags(int argc, char** argv, BenchConfig* cfg, bool* help) {
   cfg->threads = static_cast<int>(threads);
   cfg->reps = static_cast<int>(reps);
   cfg->quick = a.Has("--quick");
+  cfg->skip_emulated_products = a.Has("--skip-emulated-products");
+  if (cfg->skip_emulated_products && !PhaseTimersCompiled()) {
+    return Status::Invalid("--skip-emulated-products: only in a timing build (cmake -DCGDR_PHASE_TIMERS=ON); "
+                           "this build would give wrong results for nothing");
+  }
   if (a.Has("--shape")) {
     const std::vector<std::string> names = RowNames();
     cfg->shape = a.Get("--shape");
@@ -260,6 +266,8 @@ const char* kBenchUsage =
     "  --quick             flagship at T=2048, two NPU rows and kimi-linear-T2048, short timing\n"
     "  --precision MODE    auto (default), fp32, bf16, bf16x3 or bf16x4 for every row\n"
     "  --engine ENGINE     auto (default), vector, amx or amx-emu for every row\n"
+    "  --skip-emulated-products  timing builds only: amx-emu rows skip the emulated tile\n"
+    "                      products and time the AMX engine's passes around them (results wrong)\n"
     "  --precision all     the flagship (--t T, default 8192) with f16 and with bf16 inputs in\n"
     "                      each mode on each engine, and auto: time, % of the FP32 FMA and AMX\n"
     "                      peaks, error of out and final_state\n";
@@ -361,8 +369,8 @@ int BenchMain(int argc, char** argv) {
   } else {
     std::printf("AMX: %s\n", AmxHardware().why.c_str());
   }
-  if (EmulatedProductsSkipped()) {
-    std::printf("TIMING BUILD (CGDR_SKIP_EMULATED_PRODUCTS): the AMX emulation's tile products are skipped; results "
+  if (cfg.skip_emulated_products && SkipEmulatedProducts()) {
+    std::printf("TIMING BUILD (--skip-emulated-products): the AMX emulation's tile products are skipped; results "
                 "and errors are wrong, times of amx-emu rows are the passes around the products\n");
   }
   std::printf("gflops = 6*Dk*Dv*tokens*Nv / s (algorithmic, SPEC 8), median of the reps; best%% = the fastest rep's "

@@ -125,6 +125,7 @@ struct BenchConfig {
   Precision precision = Precision::kAuto;  // --precision MODE: every row in that mode
   Engine engine = Engine::kAuto;           // --engine: every row on that engine
   bool all_precisions = false;             // --precision all: the precision table instead
+  bool skip_emulated_products = false;     // timing builds: amx-emu rows skip the emulated products
 };
 
 std::vector<RowSpec> SelectRows(const BenchConfig& cfg);
