@@ -93,22 +93,9 @@ HWY_INLINE void BlockFactors(const KdaRows& r, int64_t b0, int64_t b1) {
   }
 }
 
-#if HWY_TARGET != HWY_SCALAR
-// Columns of b per register block in DotsWithBlock: 4 rows x 4 columns of
-// accumulators and 4 operands fit AVX-512's 32 registers; of the 16
-// elsewhere 4 x 4 spilled (AMD EPYC Zen 3, C = 16, Dk = 128: 3.0 us a chunk
-// for these products against 1.3 us in blocks of 4 x 2), so 4 x 2 there.
-#if HWY_TARGET <= HWY_AVX3
-constexpr int kDotCols = 4;
-#else
-constexpr int kDotCols = 2;
-#endif
-#endif
-
 // out[i * ldo + j] = factor(i) * (a_i . b_j) for rows i < na (<= 4) of a and
-// the 4 rows j of b (a full earlier block), rows of length dk: lane-wise
-// chains, each column's four sums reduced together (SumFour). Rows of a past
-// na read row na - 1 and are not stored.
+// the 4 rows j of b (a full earlier block), rows of length dk (DotBlock).
+// Rows of a past na read row na - 1 and are not stored.
 template <class Factor>
 HWY_INLINE void DotsWithBlock(const float* HWY_RESTRICT a, int64_t na, const float* HWY_RESTRICT b, int64_t dk,
                               const Factor& factor, float* HWY_RESTRICT out, int64_t ldo) {
@@ -121,30 +108,14 @@ HWY_INLINE void DotsWithBlock(const float* HWY_RESTRICT a, int64_t na, const flo
     }
   }
 #else
-  const hn::ScalableTag<float> d;
   const hn::FixedTag<float, 4> d4;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  using V = hn::Vec<decltype(d)>;
   const float* ar[4];
+  const float* br[4];
   for (int i = 0; i < 4; ++i) ar[i] = a + std::min<int64_t>(i, na - 1) * dk;
-  for (int j0 = 0; j0 < kBlock; j0 += kDotCols) {
-    V acc[kDotCols][4];  // [column][row]: SumFour reduces one column's four rows
-    for (int j = 0; j < kDotCols; ++j)
-      for (int i = 0; i < 4; ++i) acc[j][i] = hn::Zero(d);
-    for (int64_t c = 0; c < dk; c += N) {
-      V bv[kDotCols];
-      for (int j = 0; j < kDotCols; ++j) bv[j] = hn::Load(d, b + (j0 + j) * dk + c);
-      for (int i = 0; i < 4; ++i) {
-        const V av = hn::Load(d, ar[i] + c);
-        for (int j = 0; j < kDotCols; ++j) acc[j][i] = hn::MulAdd(av, bv[j], acc[j][i]);
-      }
-    }
-    for (int j = 0; j < kDotCols; ++j) {
-      HWY_ALIGN float sums[4];
-      hn::Store(SumFour(d, acc[j]), d4, sums);
-      for (int64_t i = 0; i < na; ++i) out[i * ldo + j0 + j] = factor(i) * sums[i];
-    }
-  }
+  for (int j = 0; j < 4; ++j) br[j] = b + j * dk;
+  DotBlock(ar, br, dk, [&](int i, auto sums) {
+    if (i < na) hn::StoreU(hn::Mul(hn::Set(d4, factor(i)), sums), d4, out + i * ldo);
+  });
 #endif
 }
 

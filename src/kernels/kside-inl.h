@@ -136,20 +136,48 @@ HWY_INLINE auto SumFour(D d, const V (&acc)[4]) {
 #endif  // HWY_TARGET != HWY_SCALAR
 
 #if HWY_TARGET != HWY_SCALAR
-// Rows of a per register block in LowerDotProducts: 4 x 4 accumulators and
-// 4 operands fit AVX-512's 32 vector registers; of the 16 elsewhere 4 x 4
-// spilled, so there two blocks of 2 x 4 (8 accumulators) per 4 rows.
+// Rows of a per register block in DotBlock: 4 x 4 accumulators and 4
+// operands fit AVX-512's 32 vector registers; of the 16 elsewhere 4 x 4
+// spilled (AMD EPYC Zen 3, C = 16, Dk = 128: KDA's products with earlier
+// blocks took 3.0 us a chunk against 1.3 us in blocks of 2), so two blocks
+// of 2 x 4 (8 accumulators) there.
 #if HWY_TARGET <= HWY_AVX3
-constexpr int kLowerDotRows = 4;
+constexpr int kDotBlockRows = 4;
 #else
-constexpr int kLowerDotRows = 2;
+constexpr int kDotBlockRows = 2;
 #endif
+
+// The 16 dot products a_i . b_j of rows ar[0..3] and br[0..3] of length dk
+// (a multiple of the lanes): lane-wise chains, each row's four sums reduced
+// together (SumFour); store(i, v) receives row i, lane j of v = a_i . b_j.
+// Shared by K K^T, Q K^T (LowerDotProducts) and KDA's products with earlier
+// blocks (kda.cc).
+template <class Store>
+HWY_INLINE void DotBlock(const float* const (&ar)[4], const float* const (&br)[4], int64_t dk, const Store& store) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  using V = hn::Vec<decltype(d)>;
+  constexpr int R = kDotBlockRows;
+  for (int i0 = 0; i0 < 4; i0 += R) {
+    V acc[R][4];
+    for (int i = 0; i < R; ++i)
+      for (int j = 0; j < 4; ++j) acc[i][j] = hn::Zero(d);
+    for (int64_t r = 0; r < dk; r += N) {
+      V bv[4];
+      for (int j = 0; j < 4; ++j) bv[j] = hn::Load(d, br[j] + r);
+      for (int i = 0; i < R; ++i) {
+        const V av = hn::Load(d, ar[i0 + i] + r);
+        for (int j = 0; j < 4; ++j) acc[i][j] = hn::MulAdd(av, bv[j], acc[i][j]);
+      }
+    }
+    for (int i = 0; i < R; ++i) store(i0 + i, SumFour(d, acc[i]));
+  }
+}
 #endif
 
 // c[i][j] = sum_r a[i][r] k[j][r] for j <= i < n (K K^T, Q K^T: SPEC 4 steps
-// 2 and 5), as dot products along r: blocks of 4 x 4 (i, j) (in register
-// blocks of kLowerDotRows x 4), each row's 4 sums reduced at the end
-// (SumFour). No transpose of K and only the blocks on or below the diagonal.
+// 2 and 5), as dot products along r: blocks of 4 x 4 (i, j) (DotBlock).
+// No transpose of K and only the blocks on or below the diagonal.
 // Entries right of the diagonal inside a diagonal block are written too
 // (never read: the masks of ApplyDecayMasks select them away). Rows past n
 // are never read: the block's row indices are clamped to n - 1 and those
@@ -165,31 +193,16 @@ HWY_INLINE void LowerDotProducts(const float* HWY_RESTRICT a, const float* HWY_R
     }
   }
 #else
-  const hn::ScalableTag<float> d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  using V = hn::Vec<decltype(d)>;
   const hn::FixedTag<float, 4> d4;
-  constexpr int R = kLowerDotRows;
   for (int64_t i0 = 0; i0 < n; i0 += 4) {
+    const float* ar[4];
+    for (int ii = 0; ii < 4; ++ii) ar[ii] = a + std::min<int64_t>(i0 + ii, n - 1) * dk;
     for (int64_t j0 = 0; j0 <= i0; j0 += 4) {
       const float* kr[4];
       for (int jj = 0; jj < 4; ++jj) kr[jj] = k + std::min<int64_t>(j0 + jj, n - 1) * dk;
-      for (int64_t h = i0; h < i0 + 4 && h < n; h += R) {
-        const float* ar[R];
-        for (int ii = 0; ii < R; ++ii) ar[ii] = a + std::min<int64_t>(h + ii, n - 1) * dk;
-        V acc[R][4];
-        for (int ii = 0; ii < R; ++ii)
-          for (int jj = 0; jj < 4; ++jj) acc[ii][jj] = hn::Zero(d);
-        for (int64_t r = 0; r < dk; r += N) {
-          V kv[4];
-          for (int jj = 0; jj < 4; ++jj) kv[jj] = hn::Load(d, kr[jj] + r);
-          for (int ii = 0; ii < R; ++ii) {
-            const V av = hn::Load(d, ar[ii] + r);
-            for (int jj = 0; jj < 4; ++jj) acc[ii][jj] = hn::MulAdd(av, kv[jj], acc[ii][jj]);
-          }
-        }
-        for (int ii = 0; ii < R && h + ii < n; ++ii) hn::StoreU(SumFour(d, acc[ii]), d4, c + (h + ii) * cp + j0);
-      }
+      DotBlock(ar, kr, dk, [&](int ii, auto sums) {
+        if (i0 + ii < n) hn::StoreU(sums, d4, c + (i0 + ii) * cp + j0);
+      });
     }
   }
 #endif
