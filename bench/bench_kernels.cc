@@ -37,7 +37,7 @@ void FillScratch(float* p, int64_t n) {
 constexpr int64_t kStreamedTiles = 8;  // state_products_l2: 8 x 64 KiB tiles at 128 x 128
 
 float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) {
-  const bool per_channel = phase == 5 || phase == 6;
+  const bool per_channel = phase == 5 || phase == 6 || phase == 7;
   const ScratchLayout L(chunk, dk, dv, phase == 4 ? kStreamedTiles : 1, false, false, per_channel);
   auto buf = hwy::AllocateAligned<float>(static_cast<size_t>(L.total));
   std::vector<float> init(static_cast<size_t>(L.total));
@@ -91,6 +91,13 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
         sum += base[L.o];
         if (it % 16 == 15) std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats()) * 4);
         break;
+      case 7:  // KDA's whole chunk step on scratch: K side, then V side
+        for (int64_t i = 0; i < n * dk; ++i) base[L.kda_g + i] = -0.05f;
+        KdaPrepareValueHead(L, base, n, 1.0f);
+        ChunkVSide(L, base, L.StateTile(base, 0), n);
+        sum += base[L.o];
+        if (it % 16 == 15) std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats()) * 4);
+        break;
       default: {  // recurrent: n tokens over one state tile
         const Panels sp(L.dk_pad, L), rp(L.c, L);
         for (int64_t c0 = 0; c0 < L.w_pad; c0 = sp.Next(c0)) {
@@ -127,6 +134,7 @@ double PhaseFlops(int phase, int64_t chunk, int64_t dk, int64_t dv) {
     case 2:
     case 4:
     case 6: return 2.0 * (3.0 * c * dk * dv + c * c * dv);
+    case 7: return 2.0 * (3.0 * c * dk * dv + c * c * dv) + 2.0 * c * c * dk;
     default: return 2.0 * 3.0 * c * dk * dv;
   }
 }
@@ -150,6 +158,7 @@ BENCHMARK_CAPTURE(BM_Phase, kside, 1)->Args({16, 128, 128})->Args({32, 128, 128}
 BENCHMARK_CAPTURE(BM_Phase, state_products, 2)->Args({16, 128, 128})->Args({32, 128, 128})->Args({64, 128, 128})->Args({16, 208, 208});
 BENCHMARK_CAPTURE(BM_Phase, state_products_l2, 4)->Args({16, 128, 128})->Args({64, 128, 128})->Args({16, 208, 208});
 BENCHMARK_CAPTURE(BM_Phase, kda_kside, 5)->Args({16, 128, 128})->Args({32, 128, 128})->Args({64, 128, 128});
+BENCHMARK_CAPTURE(BM_Phase, kda_chunk, 7)->Args({16, 128, 128})->Args({32, 128, 128});
 BENCHMARK_CAPTURE(BM_Phase, kda_state_products, 6)->Args({16, 128, 128})->Args({32, 128, 128})->Args({64, 128, 128});
 BENCHMARK_CAPTURE(BM_Phase, recurrent_tile, 3)->Args({1, 128, 128})->Args({1, 128, 64})->Args({1, 64, 64});
 
