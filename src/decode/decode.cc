@@ -227,19 +227,6 @@ HWY_INLINE void UpdateRowsKV(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t
   }
 }
 
-// One head in layout vk, one token: S is [Dv][Dk] in the pool's dtype (rows
-// not padded), read from src and written to dst (the same head: in place); q
-// and k are padded with zeros to a multiple of the vector width. Writes
-// o[0..Dv). kPC: key channel i decays by ac[i] instead of a.
-template <DType kT, bool kPC = false>
-HWY_INLINE void StepHeadVKAs(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t Dk, int64_t Dv,
-                             const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
-                             float beta, float a, const float* HWY_RESTRICT ac, float scale, float* HWY_RESTRICT o) {
-  int64_t j = 0;
-  for (; j + 4 <= Dv; j += 4) StepRowsVK<kT, 4, kPC>(src, dst, j, Dk, q, k, v, beta, a, ac, scale, o);
-  for (; j < Dv; ++j) StepRowsVK<kT, 1, kPC>(src, dst, j, Dk, q, k, v, beta, a, ac, scale, o);
-}
-
 // One head in layout kv, one token: S is [Dk][Dv] in the pool's dtype, read
 // from src and written to dst (and streamed to `stream_to`, UpdateRowsKV). v
 // and the scratch buffers `acc` and `u` hold Dv floats padded to a multiple
