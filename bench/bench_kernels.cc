@@ -50,6 +50,17 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
   ChunkVectors cv(base + L.vec, L.c_pad);
   const int64_t n = L.c;
   float sum = 0.0f;
+  // KDA's K side on g = -0.05 in every channel (it leaves e^g in place of g).
+  const auto kda_kside = [&] {
+    for (int64_t i = 0; i < n * dk; ++i) base[L.kda_g + i] = -0.05f;
+    KdaPrepareValueHead(L, base, n, 1.0f);
+  };
+  // The V side on state tile 0, restored every 16 calls.
+  const auto vside = [&](int64_t it) {
+    ChunkVSide(L, base, L.StateTile(base, 0), n);
+    sum += base[L.o];
+    if (it % 16 == 15) std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats()) * 4);
+  };
   for (int64_t it = 0; it < iters; ++it) {
     // g = 0 and scale 1 keep the in-place scaled panels (q, k) from decaying
     // into denormals over repetitions; the exp calls cost the same.
@@ -68,9 +79,7 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
         sum += base[L.attn];
         break;
       case 2:  // V side: X, Vnew = A X, O, state update
-        ChunkVSide(L, base, L.StateTile(base, 0), n);
-        sum += base[L.o];
-        if (it % 16 == 15) std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats()) * 4);
+        vside(it);
         break;
       case 4: {  // V side on the next of kStreamedTiles state tiles: each comes from L2
         ChunkVSide(L, base, L.StateTile(base, it % kStreamedTiles), n);
@@ -82,21 +91,15 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
         break;
       }
       case 5:  // KDA's K side: e^g, block factors, the decayed products, inverse, the V side's operands
-        for (int64_t i = 0; i < n * dk; ++i) base[L.kda_g + i] = -0.05f;
-        KdaPrepareValueHead(L, base, n, 1.0f);
+        kda_kside();
         sum += base[L.attn];
         break;
       case 6:  // KDA's V side: operands K e^G, Q e^G, K e^(G_last - G), per-channel state decay
-        ChunkVSide(L, base, L.StateTile(base, 0), n);
-        sum += base[L.o];
-        if (it % 16 == 15) std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats()) * 4);
+        vside(it);
         break;
       case 7:  // KDA's whole chunk step on scratch: K side, then V side
-        for (int64_t i = 0; i < n * dk; ++i) base[L.kda_g + i] = -0.05f;
-        KdaPrepareValueHead(L, base, n, 1.0f);
-        ChunkVSide(L, base, L.StateTile(base, 0), n);
-        sum += base[L.o];
-        if (it % 16 == 15) std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats()) * 4);
+        kda_kside();
+        vside(it);
         break;
       default: {  // recurrent: n tokens over one state tile
         const Panels sp(L.dk_pad, L), rp(L.c, L);
@@ -134,7 +137,7 @@ double PhaseFlops(int phase, int64_t chunk, int64_t dk, int64_t dv) {
     case 2:
     case 4:
     case 6: return 2.0 * (3.0 * c * dk * dv + c * c * dv);
-    case 7: return 2.0 * (3.0 * c * dk * dv + c * c * dv) + 2.0 * c * c * dk;
+    case 7: return PhaseFlops(5, chunk, dk, dv) + PhaseFlops(6, chunk, dk, dv);
     default: return 2.0 * 3.0 * c * dk * dv;
   }
 }
