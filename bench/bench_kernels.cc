@@ -55,11 +55,13 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
     for (int64_t i = 0; i < n * dk; ++i) base[L.kda_g + i] = -0.05f;
     KdaPrepareValueHead(L, base, n, 1.0f);
   };
-  // The V side on state tile 0, restored every 16 calls.
-  const auto vside = [&](int64_t it) {
-    ChunkVSide(L, base, L.StateTile(base, 0), n);
+  // The V side on state tile it % tiles; the tiles restored every 16 calls of each.
+  const auto vside = [&](int64_t it, int64_t tiles) {
+    ChunkVSide(L, base, L.StateTile(base, it % tiles), n);
     sum += base[L.o];
-    if (it % 16 == 15) std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats()) * 4);
+    if (it % (16 * tiles) == 16 * tiles - 1) {
+      std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats() * tiles) * 4);
+    }
   };
   for (int64_t it = 0; it < iters; ++it) {
     // g = 0 and scale 1 keep the in-place scaled panels (q, k) from decaying
@@ -79,27 +81,21 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
         sum += base[L.attn];
         break;
       case 2:  // V side: X, Vnew = A X, O, state update
-        vside(it);
+        vside(it, 1);
         break;
-      case 4: {  // V side on the next of kStreamedTiles state tiles: each comes from L2
-        ChunkVSide(L, base, L.StateTile(base, it % kStreamedTiles), n);
-        sum += base[L.o];
-        if (it % (16 * kStreamedTiles) == 16 * kStreamedTiles - 1) {
-          const int64_t floats = L.tile_floats() * kStreamedTiles;
-          std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(floats) * 4);
-        }
+      case 4:  // V side on the next of kStreamedTiles state tiles: each comes from L2
+        vside(it, kStreamedTiles);
         break;
-      }
       case 5:  // KDA's K side: e^g, block factors, the decayed products, inverse, the V side's operands
         kda_kside();
         sum += base[L.attn];
         break;
       case 6:  // KDA's V side: operands K e^G, Q e^G, K e^(G_last - G), per-channel state decay
-        vside(it);
+        vside(it, 1);
         break;
       case 7:  // KDA's whole chunk step on scratch: K side, then V side
         kda_kside();
-        vside(it);
+        vside(it, 1);
         break;
       default: {  // recurrent: n tokens over one state tile
         const Panels sp(L.dk_pad, L), rp(L.c, L);
