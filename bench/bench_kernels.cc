@@ -3,7 +3,9 @@
 // the recurrent tile step, on hot scratch, for the dispatched SIMD target;
 // and the state products once more with the state streaming from L2 as in a
 // call (state_products_l2: 8 items' tiles in turn, as a group of 8 heads);
-// and KDA's (the per-channel gate, docs/SPEC.md 10) K side and state products.
+// and KDA's (the per-channel gate, docs/SPEC.md 10) K side and state products;
+// and two references read against those: the three state products alone
+// (state_products_bare) and the FMA peak of one thread, both in the same run.
 // Counters: "alg_GFLOPs" counts SPEC 8's algorithmic flops of the tokens a
 // call covers (6 Dk Dv per token), "GFLOPs" the phase's own multiply-adds.
 #undef HWY_TARGET_INCLUDE
@@ -12,10 +14,12 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "bench/peak.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 #include "kernels/chunk-inl.h"
@@ -31,6 +35,32 @@ namespace HWY_NAMESPACE {
 // Fills scratch with small well-scaled values so nothing decays into denormals.
 void FillScratch(float* p, int64_t n) {
   for (int64_t i = 0; i < n; ++i) p[i] = 0.01f * static_cast<float>((i * 7) % 13) - 0.06f;
+}
+
+// X = K S, O = Q S and S = 0.999 S + K^T Vnew panel by panel, as ChunkVSide
+// orders them, but plain Gemm calls: no epilogues, no Vnew = A X, no P Vnew,
+// no prefetching. What the register-blocked micro-kernel reaches on this
+// CPU; state_products minus this is what the rest of the chunk step costs.
+void StateProductsBare(const ScratchLayout& L, float* base) {
+  const int64_t dk = L.dk_pad, n = L.c;
+  const Panels sp(dk, L), rp(L.c, L);
+  for (int64_t c0 = 0; c0 < L.w_pad; c0 = sp.Next(c0)) {
+    const int64_t pw = sp.Width(c0);
+    float* s = sp.Base(base + L.state, c0);
+    GemmJob xj;
+    xj.rows = n; xj.cols = pw; xj.c = rp.Base(base + L.x, c0); xj.ldc = pw;
+    xj.seg[0] = Segment{base + L.k, dk, s, pw, dk, false, false};
+    Gemm(xj);
+    GemmJob oj = xj;
+    oj.c = rp.Base(base + L.o, c0);
+    oj.seg[0].a = base + L.q;
+    Gemm(oj);
+    GemmJob sj;
+    sj.rows = dk; sj.cols = pw; sj.c = s; sj.ldc = pw;
+    sj.c_init = s; sj.ld_init = pw; sj.alpha = 0.999f;
+    sj.seg[0] = Segment{base + L.k, 1, rp.Base(base + L.vnew, c0), pw, n, false, false, dk};
+    Gemm(sj);
+  }
 }
 
 // Runs `iters` repetitions of one phase; returns a checksum so nothing is elided.
@@ -54,6 +84,10 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
   const auto kda_kside = [&] {
     for (int64_t i = 0; i < n * dk; ++i) base[L.kda_g + i] = -0.05f;
     KdaPrepareValueHead(L, base, n, 1.0f);
+  };
+  // State tile 0 restored every 16 calls (the recurrence, the bare products).
+  const auto restore_tile = [&](int64_t it) {
+    if (it % 16 == 15) std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats()) * 4);
   };
   // The V side on state tile it % tiles; the tiles restored every 16 calls of each.
   const auto vside = [&](int64_t it, int64_t tiles) {
@@ -97,6 +131,11 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
         kda_kside();
         vside(it, 1);
         break;
+      case 8:  // the three state products alone (state_products_bare)
+        StateProductsBare(L, base);
+        sum += base[L.o];
+        restore_tile(it);
+        break;
       default: {  // recurrent: n tokens over one state tile
         const Panels sp(L.dk_pad, L), rp(L.c, L);
         for (int64_t c0 = 0; c0 < L.w_pad; c0 = sp.Next(c0)) {
@@ -107,7 +146,7 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
           }
         }
         sum += base[L.o];
-        if (it % 16 == 15) std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats()) * 4);
+        restore_tile(it);
         break;
       }
     }
@@ -134,7 +173,7 @@ double PhaseFlops(int phase, int64_t chunk, int64_t dk, int64_t dv) {
     case 4:
     case 6: return 2.0 * (3.0 * c * dk * dv + c * c * dv);
     case 7: return PhaseFlops(5, chunk, dk, dv) + PhaseFlops(6, chunk, dk, dv);
-    default: return 2.0 * 3.0 * c * dk * dv;
+    default: return 2.0 * 3.0 * c * dk * dv;  // the recurrence; the state products alone (8)
   }
 }
 
@@ -159,7 +198,18 @@ BENCHMARK_CAPTURE(BM_Phase, state_products_l2, 4)->Args({16, 128, 128})->Args({6
 BENCHMARK_CAPTURE(BM_Phase, kda_kside, 5)->Args({16, 128, 128})->Args({32, 128, 128})->Args({64, 128, 128});
 BENCHMARK_CAPTURE(BM_Phase, kda_chunk, 7)->Args({16, 128, 128})->Args({32, 128, 128});
 BENCHMARK_CAPTURE(BM_Phase, kda_state_products, 6)->Args({16, 128, 128})->Args({32, 128, 128})->Args({64, 128, 128});
+BENCHMARK_CAPTURE(BM_Phase, state_products_bare, 8)->Args({16, 128, 128})->Args({32, 128, 128})->Args({16, 208, 208});
 BENCHMARK_CAPTURE(BM_Phase, recurrent_tile, 3)->Args({1, 128, 128})->Args({1, 128, 64})->Args({1, 64, 64});
+
+// The FP32 FMA peak of one thread (bench/peak.h, as `cgdr bench` measures
+// it), in the same run: every row above ran on one thread, so its GFLOPs
+// over this is its share of the peak.
+void BM_FmaPeak(benchmark::State& state) {
+  double gflops = 0.0;
+  for (auto _ : state) gflops = std::max(gflops, MeasureFmaPeak(1, 0.05).gflops);
+  state.counters["GFLOPs"] = gflops;
+}
+BENCHMARK(BM_FmaPeak)->Iterations(5);
 
 }  // namespace cgdr
 BENCHMARK_MAIN();
