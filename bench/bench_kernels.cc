@@ -85,17 +85,17 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
     for (int64_t i = 0; i < n * dk; ++i) base[L.kda_g + i] = -0.05f;
     KdaPrepareValueHead(L, base, n, 1.0f);
   };
-  // State tile 0 restored every 16 calls (the recurrence, the bare products).
-  const auto restore_tile = [&](int64_t it) {
-    if (it % 16 == 15) std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats()) * 4);
-  };
-  // The V side on state tile it % tiles; the tiles restored every 16 calls of each.
-  const auto vside = [&](int64_t it, int64_t tiles) {
-    ChunkVSide(L, base, L.StateTile(base, it % tiles), n);
-    sum += base[L.o];
+  // The first `tiles` state tiles restored after every 16 calls on each.
+  const auto restore_tiles = [&](int64_t it, int64_t tiles) {
     if (it % (16 * tiles) == 16 * tiles - 1) {
       std::memcpy(base + L.state, init.data() + L.state, static_cast<size_t>(L.tile_floats() * tiles) * 4);
     }
+  };
+  // The V side on state tile it % tiles.
+  const auto vside = [&](int64_t it, int64_t tiles) {
+    ChunkVSide(L, base, L.StateTile(base, it % tiles), n);
+    sum += base[L.o];
+    restore_tiles(it, tiles);
   };
   for (int64_t it = 0; it < iters; ++it) {
     // g = 0 and scale 1 keep the in-place scaled panels (q, k) from decaying
@@ -134,7 +134,7 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
       case 8:  // the three state products alone (state_products_bare)
         StateProductsBare(L, base);
         sum += base[L.o];
-        restore_tile(it);
+        restore_tiles(it, 1);
         break;
       default: {  // recurrent: n tokens over one state tile
         const Panels sp(L.dk_pad, L), rp(L.c, L);
@@ -146,7 +146,7 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
           }
         }
         sum += base[L.o];
-        restore_tile(it);
+        restore_tiles(it, 1);
         break;
       }
     }
