@@ -19,6 +19,18 @@ namespace HWY_NAMESPACE {
 // e^x of x[0, n) in place (n a multiple of 16), as the chunked K side takes it.
 void ExpInPlace(float* x, int64_t n) { ExpRows(x, n, 1); }
 
+// The same one vector at a time (ExpOfLogDecay with K = 1), against which
+// ExpRows' two vectors at a time must give the same bits.
+void ExpOneVectorAtATime(float* x, int64_t n) {
+  const hwy::HWY_NAMESPACE::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hwy::HWY_NAMESPACE::Lanes(d));
+  for (int64_t i = 0; i < n; i += N) {
+    hwy::HWY_NAMESPACE::Vec<decltype(d)> v[1] = {hwy::HWY_NAMESPACE::Load(d, x + i)};
+    ExpOfLogDecay(d, v);
+    hwy::HWY_NAMESPACE::Store(v[0], d, x + i);
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace cgdr
 HWY_AFTER_NAMESPACE();
@@ -28,13 +40,21 @@ HWY_AFTER_NAMESPACE();
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "core/fpenv.h"
 #include "test_util.h"
 
 namespace cgdr {
 HWY_EXPORT(ExpInPlace);
+HWY_EXPORT(ExpOneVectorAtATime);
 namespace {
+
+uint32_t FloatBits(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return u;
+}
 
 // The error of the FP32 value v against the exact e, in units of the last
 // place of e rounded to FP32 (signed: v above e is positive).
@@ -88,6 +108,31 @@ TEST(KdaExp, UnbiasedForWeakDecaysOnEveryTarget) {
     for (size_t i = 0; i < x.size(); ++i) signed_sum += SignedUlps(e[i], std::exp(static_cast<double>(x[i])));
     EXPECT_LE(std::fabs(signed_sum / static_cast<double>(x.size())), 0.02) << target << ": mean signed error in ulp";
   });
+}
+
+// ExpRows takes two vectors at a time, step by step, and a last single one
+// (an odd count of vectors: AVX-512 with an odd number of rows and of 16
+// lanes in a row); each element must come out as ExpOfLogDecay of that
+// element alone. 48 and 16 * 7 values: an odd count of vectors on AVX-512,
+// an even one elsewhere (whose pairs still cover every position).
+TEST(KdaExp, PairsGiveTheBitsOfSingleVectorsOnEveryTarget) {
+  for (const int64_t n : {int64_t{48}, int64_t{112}}) {
+    auto pairs = hwy::AllocateAligned<float>(static_cast<size_t>(n));
+    auto singles = hwy::AllocateAligned<float>(static_cast<size_t>(n));
+    testing::ForEachTarget([&](const std::string& target) {
+      for (int64_t i = 0; i < n; ++i) {
+        pairs[i] = singles[i] = i == 5 ? -100.0f : -0.731f * static_cast<float>(i) - 1e-4f * static_cast<float>(i % 7);
+      }
+      {
+        FlushDenormalsScope flush;
+        HWY_DYNAMIC_DISPATCH(ExpInPlace)(pairs.get(), n);
+        HWY_DYNAMIC_DISPATCH(ExpOneVectorAtATime)(singles.get(), n);
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        EXPECT_EQ(FloatBits(pairs[i]), FloatBits(singles[i])) << target << ": n = " << n << ", element " << i;
+      }
+    });
+  }
 }
 
 TEST(KdaExp, ZeroBelowTheNormalRangeAndOneAtZeroOnEveryTarget) {
