@@ -22,13 +22,8 @@ void ExpInPlace(float* x, int64_t n) { ExpRows(x, n, 1); }
 // The same one vector at a time (ExpOfLogDecay with K = 1), against which
 // ExpRows' two vectors at a time must give the same bits.
 void ExpOneVectorAtATime(float* x, int64_t n) {
-  const hwy::HWY_NAMESPACE::ScalableTag<float> d;
-  const int64_t N = static_cast<int64_t>(hwy::HWY_NAMESPACE::Lanes(d));
-  for (int64_t i = 0; i < n; i += N) {
-    hwy::HWY_NAMESPACE::Vec<decltype(d)> v[1] = {hwy::HWY_NAMESPACE::Load(d, x + i)};
-    ExpOfLogDecay(d, v);
-    hwy::HWY_NAMESPACE::Store(v[0], d, x + i);
-  }
+  const int64_t N = static_cast<int64_t>(hwy::HWY_NAMESPACE::Lanes(hwy::HWY_NAMESPACE::ScalableTag<float>()));
+  for (int64_t i = 0; i < n; i += N) ExpVectorsInPlace<1>(x + i);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -110,11 +105,12 @@ TEST(KdaExp, UnbiasedForWeakDecaysOnEveryTarget) {
   });
 }
 
-// ExpRows takes two vectors at a time, step by step, and a last single one
-// (an odd count of vectors: AVX-512 with an odd number of rows and of 16
-// lanes in a row); each element must come out as ExpOfLogDecay of that
-// element alone. 48 and 16 * 7 values: an odd count of vectors on AVX-512,
-// an even one elsewhere (whose pairs still cover every position).
+// ExpRows takes two vectors at a time, step by step, then a last single one
+// when the count of vectors is odd (AVX-512: an odd number of rows, each an
+// odd number of 16-lane vectors); each element must come out as
+// ExpOfLogDecay of that element alone. 48 and 16 * 7 values: an odd count
+// of vectors on AVX-512, an even one elsewhere (whose pairs still cover
+// every position).
 TEST(KdaExp, PairsGiveTheBitsOfSingleVectorsOnEveryTarget) {
   for (const int64_t n : {int64_t{48}, int64_t{112}}) {
     auto pairs = hwy::AllocateAligned<float>(static_cast<size_t>(n));

@@ -84,23 +84,26 @@ HWY_INLINE void ExpOfLogDecay(D d, V (&x)[K]) {
   }
 }
 
-// e^x over rows [0, n) of width dk, in place (ExpOfLogDecay), two vectors
-// at a time.
-HWY_INLINE void ExpRows(float* HWY_RESTRICT x, int64_t dk, int64_t n) {
+// e^x of the K vectors at x, in place (ExpOfLogDecay).
+template <int K>
+HWY_INLINE void ExpVectorsInPlace(float* HWY_RESTRICT x) {
   const hn::ScalableTag<float> d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), total = n * dk;
+  const size_t N = hn::Lanes(d);
+  hn::Vec<decltype(d)> v[K];
+#pragma GCC unroll 4
+  for (int j = 0; j < K; ++j) v[j] = hn::Load(d, x + j * N);
+  ExpOfLogDecay(d, v);
+#pragma GCC unroll 4
+  for (int j = 0; j < K; ++j) hn::Store(v[j], d, x + j * N);
+}
+
+// e^x over rows [0, n) of width dk, in place: two vectors at a time, then a
+// last single one.
+HWY_INLINE void ExpRows(float* HWY_RESTRICT x, int64_t dk, int64_t n) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>())), total = n * dk;
   int64_t i = 0;
-  for (; i + 2 * N <= total; i += 2 * N) {
-    hn::Vec<decltype(d)> v[2] = {hn::Load(d, x + i), hn::Load(d, x + i + N)};
-    ExpOfLogDecay(d, v);
-    hn::Store(v[0], d, x + i);
-    hn::Store(v[1], d, x + i + N);
-  }
-  for (; i < total; i += N) {
-    hn::Vec<decltype(d)> v[1] = {hn::Load(d, x + i)};
-    ExpOfLogDecay(d, v);
-    hn::Store(v[0], d, x + i);
-  }
+  for (; i + 2 * N <= total; i += 2 * N) ExpVectorsInPlace<2>(x + i);
+  for (; i < total; i += N) ExpVectorsInPlace<1>(x + i);
 }
 
 // The K side of a chunk of n rows for one value head, per channel (kda.cc):
