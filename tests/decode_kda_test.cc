@@ -15,6 +15,7 @@
 //     in both, and GateChannels is GateRow's arithmetic lane for lane);
 //   - skipped rows (negative indices): zeros out, no slot written;
 //   - bitwise across thread counts;
+//   - Dk = 128's unrolled vk kernels give the run-time-length kernels' bits;
 //   - bad gate shapes rejected, naming the tensor, before anything is written.
 #include <gtest/gtest.h>
 
@@ -33,6 +34,7 @@
 #include "cgdr/decode.hpp"
 #include "core/dtype.h"
 #include "core/synthetic.h"
+#include "decode/decode_internal.h"
 #include "reference/reference.h"
 #include "test_util.h"
 
@@ -528,6 +530,41 @@ TEST(DecodeKda, EqualChannelsAreTheScalarGateBitwise) {
             EXPECT_EQ(p_channel, p_scalar) << "pool";
           });
         }
+      }
+    }
+  }
+}
+
+// Dk = 128 runs layout vk's kernels with the row length as a compile-time
+// constant (decode.cc WithRowLength): the same bits as with it at run time,
+// for the scalar and the per-channel gate, the three pool dtypes, one step
+// and a token axis (verify's kernels), on every target. Dv = 21 takes both
+// the 4-row blocks and the single rows.
+TEST(DecodeKda, UnrolledDk128IsTheRunTimeLengthKernelBitwise) {
+  for (bool per_channel : {false, true}) {
+    for (DType pool_dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (int64_t K : {1, 3}) {
+        CaseSpec spec = KdaSpec(StateLayout::kVK, 1, 2, 128, 21, Gate::kRawBound, DType::kF32, pool_dt);
+        spec.per_channel_gate = per_channel;
+        Draft d(spec, 3, K);
+        ForEachTarget([&](const std::string& target) {
+          SCOPED_TRACE(std::string(per_channel ? "per-channel" : "scalar") + " gate, pool " + DTypeName(pool_dt) +
+                       " K " + std::to_string(K) + " " + target);
+          Buf pool[2], out[2];
+          for (int fixed = 0; fixed < 2; ++fixed) {
+            pool[fixed] = d.pool;
+            out[fixed].assign(static_cast<size_t>(d.N * d.K) * d.OutRowBytes(), 0);
+            DecodeOutputs o;
+            o.out = d.OutView(out[fixed]);
+            SetDecodeFixedRowLengthsForTest(fixed == 1);
+            const Status st = DecodeStep(d.Inputs(pool[fixed]), o, d.options());
+            SetDecodeFixedRowLengthsForTest(true);
+            ASSERT_TRUE(st.ok()) << st.message();
+          }
+          EXPECT_EQ(out[1], out[0]) << "out";
+          EXPECT_EQ(pool[1], pool[0]) << "pool";
+          EXPECT_NE(pool[1], d.pool) << "the step wrote the pool";
+        });
       }
     }
   }

@@ -97,4 +97,19 @@ inline void StoreFromF32(void* base, DType t, int64_t i, float v) {
   }
 }
 
+// src[0, n) into elements [offset, offset + n) of a tensor of dtype t
+// (f16/bf16/f32), each rounded as StoreFromF32 rounds it, without a dtype
+// switch per element.
+inline void StoreRowFromF32(void* base, DType t, int64_t offset, int64_t n, const float* src) {
+  auto* h = static_cast<uint16_t*>(base) + offset;
+  switch (t) {
+    case DType::kF16: for (int64_t i = 0; i < n; ++i) h[i] = F32ToF16(src[i]); break;
+    case DType::kBF16: for (int64_t i = 0; i < n; ++i) h[i] = F32ToBF16(src[i]); break;
+    case DType::kF32:
+      std::memcpy(static_cast<float*>(base) + offset, src, static_cast<size_t>(n) * sizeof(float));
+      break;
+    default: break;
+  }
+}
+
 }  // namespace cgdr

@@ -83,6 +83,23 @@ HWY_INLINE void PrefetchAhead(const void* p, int64_t bytes, int64_t distance = k
 template <DType kT>
 using PoolElem = std::conditional_t<kT == DType::kF32, float, uint16_t>;
 
+// Layout vk's row length Dk is a template type Len: int64_t, or a
+// compile-time constant where it is 128 (Qwen3-Next's and Kimi Linear's key
+// head size; HeadTokens::fixed_row_length), so the row loops unroll fully
+// (their `#pragma GCC unroll`: GCC 12 left the per-channel gate's longer
+// body a loop without it). That changes no operation and no order of one,
+// so the bits are the same (tests/decode_kda_test.cc). It is worth the most on
+// small cores: a decode step (64 sequences, 32 heads, f32 pool, 1 thread) on
+// AMD EPYC Zen 1 took 35-38 ms with the loops, 30-31 ms unrolled (scalar
+// gate; KDA 39-46 -> 36-37 ms). Layout kv's row loops (over Dv) gained
+// nothing from it and stay loops (docs/SPEC.md 6b).
+using Len128 = std::integral_constant<int64_t, 128>;
+template <class F>
+HWY_INLINE void WithRowLength(int64_t n, bool fixed, const F& f) {
+  if (fixed && n == Len128::value) return f(Len128());
+  f(n);
+}
+
 // Rows [j0, j0 + R) of a head in layout vk, R rows interleaved so their
 // independent dot products and reductions overlap (a single row's chain of
 // dot -> reduce -> update -> dot -> reduce is latency-bound).
@@ -91,8 +108,8 @@ using PoolElem = std::conditional_t<kT == DType::kF32, float, uint16_t>;
 // kPC (the per-channel gate, KDA): element i of every row decays by ac[i]
 // instead of by a; the same operations lane for lane, so channels that all
 // decay by a give the scalar gate's bits.
-template <DType kT, int R, bool kPC = false>
-HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j0, int64_t Dk,
+template <DType kT, int R, bool kPC = false, class Len = int64_t>
+HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j0, Len Dk,
                            const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
                            float beta, float a, const float* HWY_RESTRICT ac, float scale, float* HWY_RESTRICT o) {
   const hn::ScalableTag<float> d;
@@ -109,6 +126,7 @@ HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j
   // u = beta (v - (a S)^T k)
   hn::Vec<decltype(d)> acc[R];
   for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d);
+#pragma GCC unroll 16
   for (int64_t i = 0; i < full; i += L) {
     const auto vk = hn::Load(d, k + i);
     const auto vai = kPC ? hn::Load(d, ac + i) : va;
@@ -126,6 +144,7 @@ HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j
     vu[r] = hn::Set(d, u[r]);
     acc[r] = hn::Zero(d);
   }
+#pragma GCC unroll 16
   for (int64_t i = 0; i < full; i += L) {
     const auto vk = hn::Load(d, k + i);
     const auto vq = hn::Load(d, q + i);
@@ -285,11 +304,11 @@ HWY_INLINE void CopyOut(const void* HWY_RESTRICT from, void* HWY_RESTRICT to, in
 // instead of two. `stream_to`: the destination rows, written in the same
 // pass with streaming stores (aligned rows, no scalar tail), or null.
 // kPC: the per-channel gate, element i of the rows decays by h.decay_ch.
-template <DType kT, int R, bool kPC = false>
-HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, int64_t t, int64_t j0, const PoolElem<kT>* from,
+template <DType kT, int R, bool kPC = false, class Len = int64_t>
+HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, Len Dk, int64_t t, int64_t j0, const PoolElem<kT>* from,
                                   PoolElem<kT>* stream_to, float* HWY_RESTRICT sk, bool next) {
   const hn::ScalableTag<float> d;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(d)), Dk = h.Dk, full = Dk - Dk % L;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d)), full = Dk - Dk % L;
   const float* HWY_RESTRICT q = h.q + t * h.row;
   const float* HWY_RESTRICT k = h.k + t * h.row;
   const float* HWY_RESTRICT k1 = next ? k + h.row : k;
@@ -306,6 +325,7 @@ HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, int64_t t, int64_t j0, co
     oacc[r] = hn::Zero(d);
     nacc[r] = hn::Zero(d);
   }
+#pragma GCC unroll 16
   for (int64_t i = 0; i < full; i += L) {
     const auto vk = hn::Load(d, k + i);
     const auto vq = hn::Load(d, q + i);
@@ -345,10 +365,10 @@ HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, int64_t t, int64_t j0, co
 // from the source once, kept in the carry buffer (L1) between tokens, each
 // token's rows written to its destination once. `stream`: every destination
 // row is aligned for whole-vector streaming stores.
-template <DType kT, int R, bool kPC = false>
-HWY_INLINE void VerifyRowsVK(const HeadTokens& h, int64_t j0, bool stream) {
+template <DType kT, int R, bool kPC = false, class Len = int64_t>
+HWY_INLINE void VerifyRowsVK(const HeadTokens& h, Len Dk, int64_t j0, bool stream) {
   const hn::ScalableTag<float> d;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(d)), Dk = h.Dk, full = Dk - Dk % L;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d)), full = Dk - Dk % L;
   const auto* src = static_cast<const PoolElem<kT>*>(h.src);
   auto* carry = static_cast<PoolElem<kT>*>(h.carry);
   PrefetchAhead(src + j0 * Dk, R * Dk * kDTypeBytes<kT>);
@@ -357,6 +377,7 @@ HWY_INLINE void VerifyRowsVK(const HeadTokens& h, int64_t j0, bool stream) {
   const float* HWY_RESTRICT ac = h.decay_ch;  // token 0's per-channel decays (kPC)
   hn::Vec<decltype(d)> acc[R];
   for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d);
+#pragma GCC unroll 16
   for (int64_t i = 0; i < full; i += L) {
     const auto vk = hn::Load(d, h.k + i);
     const auto vai = kPC ? hn::Load(d, ac + i) : va;
@@ -371,7 +392,7 @@ HWY_INLINE void VerifyRowsVK(const HeadTokens& h, int64_t j0, bool stream) {
   }
   for (int64_t t = 0; t < h.K; ++t) {
     auto* to = static_cast<PoolElem<kT>*>(h.dst[t]);
-    VerifyTokenRowsVK<kT, R, kPC>(h, t, j0, t == 0 ? src : carry, stream ? to : nullptr, sk, t + 1 < h.K);
+    VerifyTokenRowsVK<kT, R, kPC>(h, Dk, t, j0, t == 0 ? src : carry, stream ? to : nullptr, sk, t + 1 < h.K);
     if (to != nullptr && !stream) CopyOut(carry + j0 * Dk, to + j0 * Dk, R * Dk * kDTypeBytes<kT>);
   }
 }
@@ -395,12 +416,13 @@ HWY_INLINE bool StreamsRows(const HeadTokens& h, int64_t row) {
 // An item's K tokens in layout vk (HeadTokens). A single step whose
 // destination is its source runs in place; otherwise each block of rows runs
 // all K tokens (VerifyRowsVK). kPC: the per-channel gate (h.decay_ch).
-template <DType kT, bool kPC>
-HWY_INLINE void StepTokensVK(const HeadTokens& h) {
+// Dk: h.Dk, as a constant where WithRowLength makes it one.
+template <DType kT, bool kPC, class Len>
+HWY_INLINE void StepTokensVK(const HeadTokens& h, Len Dk) {
   if (h.InPlace()) {
     auto* S = static_cast<PoolElem<kT>*>(h.dst[0]);
     const auto token = [&](int64_t j0, auto rows) {
-      StepRowsVK<kT, decltype(rows)::value, kPC>(S, S, j0, h.Dk, h.q, h.k, h.v, h.beta[0], h.decay[0], h.decay_ch,
+      StepRowsVK<kT, decltype(rows)::value, kPC>(S, S, j0, Dk, h.q, h.k, h.v, h.beta[0], h.decay[0], h.decay_ch,
                                                  h.scale, h.o);
     };
     int64_t j = 0;
@@ -410,8 +432,8 @@ HWY_INLINE void StepTokensVK(const HeadTokens& h) {
   }
   const bool stream = StreamsRows<kT>(h, h.Dk);
   int64_t j = 0;
-  for (; j + 4 <= h.Dv; j += 4) VerifyRowsVK<kT, 4, kPC>(h, j, stream);
-  for (; j < h.Dv; ++j) VerifyRowsVK<kT, 1, kPC>(h, j, stream);
+  for (; j + 4 <= h.Dv; j += 4) VerifyRowsVK<kT, 4, kPC>(h, Dk, j, stream);
+  for (; j < h.Dv; ++j) VerifyRowsVK<kT, 1, kPC>(h, Dk, j, stream);
 }
 
 // An item's K tokens in layout kv: a single step whose destination is its
@@ -447,7 +469,9 @@ void StepHeadTokens(const HeadTokens& h, DType pool, StateLayout layout) {
     constexpr DType kT = decltype(tag)::value;
     const bool per_channel = h.decay_ch != nullptr;
     if (layout == StateLayout::kVK) {
-      per_channel ? StepTokensVK<kT, true>(h) : StepTokensVK<kT, false>(h);
+      WithRowLength(h.Dk, h.fixed_row_length, [&](auto dk) {
+        per_channel ? StepTokensVK<kT, true>(h, dk) : StepTokensVK<kT, false>(h, dk);
+      });
     } else {
       per_channel ? StepTokensKV<kT, true>(h) : StepTokensKV<kT, false>(h);
     }
@@ -491,6 +515,7 @@ HWY_AFTER_NAMESPACE();
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -515,6 +540,9 @@ HWY_EXPORT(F32ToBF16Row);
 
 namespace {
 
+// SetDecodeFixedRowLengthsForTest's switch.
+std::atomic<bool> g_fixed_row_lengths{true};
+
 // Room for Dk/Dv up to kMaxHeadDim plus padding to the widest vector (16 f32).
 constexpr int64_t kPad = 16;
 constexpr int64_t kBuf = kMaxHeadDim + kPad;
@@ -531,9 +559,11 @@ struct alignas(64) ItemScratch {
   void* dst[kMaxK];
 };
 
-// Loads n elements as f32 into dst and zero-fills the padding.
+// Loads n elements as f32 into dst and zero-fills the padding. Rows, not
+// elements, pick the dtype's conversion (LoadRowAsF32): a switch per element
+// of q, k, v, g and out took ~10% of a KDA decode step (perf, AMD EPYC Zen 1).
 void LoadRow(const void* base, DType t, int64_t offset, int64_t n, float* dst) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = LoadAsF32(base, t, offset + i);
+  LoadRowAsF32(base, t, offset, n, dst);
   for (int64_t i = n; i < n + kPad && i < kBuf; ++i) dst[i] = 0.0f;
 }
 
@@ -561,15 +591,15 @@ void LoadChannelDecays(const DecodeProblem& p, const DecodeInputs& in, int64_t n
   const float a_log = p.has_gate && has_a_log ? LoadAsF32(in.A_log.data, in.A_log.dtype, h) : 0.0f;
   const bool has_bias = p.has_gate && in.dt_bias.present();
   if (has_bias) {
-    for (int64_t i = 0; i < Dk; ++i) sc.bias[i] = LoadAsF32(in.dt_bias.data, in.dt_bias.dtype, h * Dk + i);
+    LoadRowAsF32(in.dt_bias.data, in.dt_bias.dtype, h * Dk, Dk, sc.bias);
   }
   for (int64_t j = 0; j < K; ++j) {
     float* x = sc.decay_ch[j];
     const int64_t at = ((n * K + j) * Nv + h) * Dk;
     if (p.has_g) {
-      for (int64_t i = 0; i < Dk; ++i) x[i] = LoadAsF32(in.g.data, p.g_dtype, at + i);
+      LoadRowAsF32(in.g.data, p.g_dtype, at, Dk, x);
     } else {
-      for (int64_t i = 0; i < Dk; ++i) x[i] = LoadAsF32(in.a.data, in.a.dtype, at + i);
+      LoadRowAsF32(in.a.data, in.a.dtype, at, Dk, x);
       HWY_DYNAMIC_DISPATCH(GateChannelValues)(x, Dk, a_log, static_cast<float>(p.options.gate_lower_bound), has_a_log,
                                               has_bias ? sc.bias : nullptr);
     }
@@ -670,10 +700,11 @@ void RunItem(const DecodeProblem& p, const DecodeInputs& in, const DecodeOutputs
   ht.carry = carry;
   ht.acc = sc.acc;
   ht.u = sc.u;
+  ht.fixed_row_length = g_fixed_row_lengths.load(std::memory_order_relaxed);
   HWY_DYNAMIC_DISPATCH(StepHeadTokens)(ht, p.state_dtype, p.options.state_layout);
   for (int64_t j = 0; j < K; ++j) {
     const int64_t out_off = ((n * K + j) * Nv + h) * Dv;
-    for (int64_t i = 0; i < Dv; ++i) StoreFromF32(out.out.data, out.out.dtype, out_off + i, sc.o[j][i]);
+    StoreRowFromF32(out.out.data, out.out.dtype, out_off, Dv, sc.o[j]);
   }
 }
 
@@ -684,6 +715,8 @@ std::vector<int64_t> DecodeTargets() {
   for (int64_t t = UsableTargets(); t != 0; t &= t - 1) targets.push_back(t & -t);
   return targets;
 }
+
+void SetDecodeFixedRowLengthsForTest(bool enabled) { g_fixed_row_lengths.store(enabled, std::memory_order_relaxed); }
 
 void DecodeBF16ToF32(const uint16_t* src, int64_t n, float* dst) { HWY_DYNAMIC_DISPATCH(BF16ToF32Row)(src, n, dst); }
 void DecodeF32ToBF16(const float* src, int64_t n, uint16_t* dst) { HWY_DYNAMIC_DISPATCH(F32ToBF16Row)(src, n, dst); }

@@ -17,4 +17,10 @@ std::vector<int64_t> DecodeTargets();
 void DecodeBF16ToF32(const uint16_t* src, int64_t n, float* dst);
 void DecodeF32ToBF16(const float* src, int64_t n, uint16_t* dst);
 
+// Tests only: false makes the decode kernels take every row length at run
+// time, so a test can hold the unrolled kernels for Dk = 128 (decode.cc
+// WithRowLength) to the generic ones bit for bit. Process-wide; true by
+// default. Not for use while another thread runs a decode call.
+void SetDecodeFixedRowLengthsForTest(bool enabled);
+
 }  // namespace cgdr

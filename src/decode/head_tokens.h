@@ -26,6 +26,10 @@ struct HeadTokens {
   void* carry = nullptr;          // Dk * Dv elements of the pool's dtype between tokens
   float* acc = nullptr;           // layout kv: Dv floats padded
   float* u = nullptr;
+  // Whether the kernels may take a row length of 128 as a compile-time
+  // constant (decode.cc WithRowLength); false only in the tests that hold
+  // those kernels to the run-time ones bit for bit.
+  bool fixed_row_length = true;
   // One token whose state goes back where it came from: the plain decode step.
   bool InPlace() const { return K == 1 && dst[0] == src; }
 };
