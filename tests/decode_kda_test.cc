@@ -11,8 +11,8 @@
 //   - the token axis (K > 1) is bit for bit K single steps (dense states,
 //     pool slots, in place);
 //   - channels that all carry their head's decay give the scalar gate's bits
-//     (the kernels apply the same operations lane for lane; exp is std::exp
-//     in both, and GateChannels is GateRow's arithmetic lane for lane);
+//     (the kernels apply the same operations lane for lane; exp is
+//     ExpOfLogDecay in both, and GateChannels is GateRow's arithmetic lane for lane);
 //   - skipped rows (negative indices): zeros out, no slot written;
 //   - bitwise across thread counts;
 //   - Dk = 128's unrolled vk kernels give the run-time-length kernels' bits;

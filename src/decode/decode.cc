@@ -50,6 +50,7 @@
 #include "decode/head_tokens.h"
 #include "hwy/cache_control.h"
 #include "kernels/gate-inl.h"
+#include "kernels/kda-inl.h"
 #include "kernels/load-inl.h"
 
 // Prefetch distance in bytes (a tuning knob: -DCGDR_DECODE_PREFETCH=0 turns it off).
@@ -89,10 +90,8 @@ using PoolElem = std::conditional_t<kT == DType::kF32, float, uint16_t>;
 // (their `#pragma GCC unroll`: GCC 12 left the per-channel gate's longer
 // body a loop without it). That changes no operation and no order of one,
 // so the bits are the same (tests/decode_kda_test.cc). It is worth the most on
-// small cores: a decode step (64 sequences, 32 heads, f32 pool, 1 thread) on
-// AMD EPYC Zen 1 took 35-38 ms with the loops, 30-31 ms unrolled (scalar
-// gate; KDA 39-46 -> 36-37 ms). Layout kv's row loops (over Dv) gained
-// nothing from it and stay loops (docs/SPEC.md 6b).
+// small cores (AMD EPYC Zen 1's figures: docs/SPEC.md 10.6). Layout kv's row
+// loops (over Dv) gained nothing from it and stay loops (docs/SPEC.md 6b).
 using Len128 = std::integral_constant<int64_t, 128>;
 template <class F>
 HWY_INLINE void WithRowLength(int64_t n, bool fixed, const F& f) {
@@ -497,6 +496,19 @@ void GateChannelValues(float* HWY_RESTRICT x, int64_t n, float a_log, float lowe
 
 void SigmoidValues(float* HWY_RESTRICT x, int64_t n) { SigmoidRow(x, n); }
 
+// e^g of x[0, n) in place, by prefill's exponential for log-decays
+// (ExpOfLogDecay, docs/SPEC.md 10.4), for both gates: std::exp, a call per
+// value, took ~4% of a KDA step in layout kv (128 per item; perf, AMD EPYC
+// Zen 1), and one exponential for both keeps equal channels the scalar gate's
+// bits.
+void ExpLogDecayValues(float* HWY_RESTRICT x, int64_t n) {
+  MapRow(x, n, [](auto d, auto g) {
+    hn::Vec<decltype(d)> v[1] = {g};
+    ExpOfLogDecay(d, v);
+    return v[0];
+  });
+}
+
 // load-inl.h's bf16 row converters, dispatched for the tests that hold them
 // to core/dtype.h bit for bit (the pool kernels above use them per vector).
 void BF16ToF32Row(const uint16_t* HWY_RESTRICT src, int64_t n, float* HWY_RESTRICT dst) {
@@ -535,6 +547,7 @@ HWY_EXPORT(StepHeadTokens);
 HWY_EXPORT(GateValues);
 HWY_EXPORT(GateChannelValues);
 HWY_EXPORT(SigmoidValues);
+HWY_EXPORT(ExpLogDecayValues);
 HWY_EXPORT(BF16ToF32Row);
 HWY_EXPORT(F32ToBF16Row);
 
@@ -583,8 +596,8 @@ uint8_t* ElementAt(const TensorView& t, int64_t index) {
 // each of the item's K tokens into sc.decay_ch, from g [.., Nv, Dk] or from
 // the raw gate a [.., Nv, Dk] with dt_bias [Nv * Dk] (GateChannels, as
 // prefill computes it); the padding past Dk is 1 (no decay). exp is
-// std::exp, as the scalar gate's: channels that all carry the head's g give
-// its bits.
+// ExpLogDecayValues, as the scalar gate's: channels that all carry the head's
+// g give its bits.
 void LoadChannelDecays(const DecodeProblem& p, const DecodeInputs& in, int64_t n, int64_t h, ItemScratch& sc) {
   const int64_t K = p.K, Nv = p.Nv, Dk = p.Dk;
   const bool has_a_log = in.A_log.present();
@@ -603,7 +616,7 @@ void LoadChannelDecays(const DecodeProblem& p, const DecodeInputs& in, int64_t n
       HWY_DYNAMIC_DISPATCH(GateChannelValues)(x, Dk, a_log, static_cast<float>(p.options.gate_lower_bound), has_a_log,
                                               has_bias ? sc.bias : nullptr);
     }
-    for (int64_t i = 0; i < Dk; ++i) x[i] = std::exp(x[i]);
+    HWY_DYNAMIC_DISPATCH(ExpLogDecayValues)(x, Dk);
     for (int64_t i = Dk; i < kBuf; ++i) x[i] = 1.0f;
     sc.decay[j] = 1.0f;  // unused with decay_ch
   }
@@ -627,7 +640,11 @@ void LoadTokenScalars(const DecodeProblem& p, const DecodeInputs& in, int64_t n,
     HWY_DYNAMIC_DISPATCH(GateValues)(sc.decay, K, has_a_log ? LoadAsF32(in.A_log.data, in.A_log.dtype, h) : 0.0f,
                                      dt_bias, static_cast<float>(p.options.gate_lower_bound), has_a_log);
   }
-  for (int64_t j = 0; j < K; ++j) sc.decay[j] = (p.has_g || p.has_gate) ? std::exp(sc.decay[j]) : 1.0f;
+  if (p.has_g || p.has_gate) {
+    HWY_DYNAMIC_DISPATCH(ExpLogDecayValues)(sc.decay, K);
+  } else {
+    std::fill(sc.decay, sc.decay + K, 1.0f);
+  }
 }
 
 // Where the item's state goes after token j (docs/SPEC.md 6d): pool slot
@@ -650,12 +667,12 @@ void Destinations(const DecodeProblem& p, const DecodeInputs& in, const DecodeOu
 }
 
 // A skipped row (negative index): defined zeros in out and in its dense
-// states; the pool is not touched.
+// states; the pool is not touched. +0 is all zero bits in f32, bf16 and f16.
 void SkipItem(const DecodeProblem& p, const DecodeOutputs& out, int64_t n, int64_t h) {
   const int64_t head = p.Dk * p.Dv;
   for (int64_t j = 0; j < p.K; ++j) {
-    const int64_t out_off = ((n * p.K + j) * p.Nv + h) * p.Dv;
-    for (int64_t i = 0; i < p.Dv; ++i) StoreFromF32(out.out.data, out.out.dtype, out_off + i, 0.0f);
+    std::memset(ElementAt(out.out, ((n * p.K + j) * p.Nv + h) * p.Dv), 0,
+                static_cast<size_t>(p.Dv) * DTypeSize(out.out.dtype));
     if (out.states.present()) {
       std::memset(ElementAt(out.states, ((n * p.K + j) * p.Nv + h) * head), 0,
                   static_cast<size_t>(head) * DTypeSize(out.states.dtype));
