@@ -57,8 +57,8 @@ compare-peers: build
 # AVX3 needs AVX-512 F, VL, DQ and BW; its AVX2, FMA, BMI2 and F16C too), or
 # SSE4 where it runs neither. The sanitizer and timing builds compile only
 # these and scalar: a target the CPU cannot run is compile time and nothing
-# else there (AMD EPYC Zen 1: the AVX-512 code was ~5 of the ASan build's 14
-# minutes). `make test` compiles and tests every target.
+# else there (AMD EPYC Zen 1 compiled AVX-512 kernels for ASan that it never
+# ran). `make test` compiles and tests every target.
 CPU_FLAGS := $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2)
 cpu_has = $(if $(strip $(foreach f,$(1),$(if $(filter $(f),$(CPU_FLAGS)),,no))),,yes)
 RUNNABLE_VECTOR_TARGETS := $(strip $(if $(call cpu_has,avx512f avx512vl avx512dq avx512bw),HWY_AVX3) \
