@@ -66,12 +66,14 @@ RUNNABLE_VECTOR_TARGETS := $(strip $(if $(call cpu_has,avx512f avx512vl avx512dq
 RUNNABLE_VECTOR_TARGETS := $(or $(RUNNABLE_VECTOR_TARGETS),HWY_SSE4)
 empty :=
 space := $(empty) $(empty)
+SANITIZER_TARGETS := ($(subst $(space),|,$(RUNNABLE_VECTOR_TARGETS))|HWY_SCALAR)
+TIMING_TARGETS := ($(firstword $(RUNNABLE_VECTOR_TARGETS))|HWY_SCALAR)
 
 # Sanitizer builds: -O1 with line tables and assertions on (-O2/-O3 took 2.5x
 # longer to compile the kernels under ASan), the vector targets this CPU runs
 # and scalar: the vector kernels are sanitized on every CI machine.
 SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE='-O1 -g1' -DCMAKE_C_FLAGS_RELEASE='-O1 -g1'
-SANITIZER_BUILD = $(SANITIZER_FLAGS) '-DCGDR_HWY_TARGETS=($(subst $(space),|,$(RUNNABLE_VECTOR_TARGETS))|HWY_SCALAR)'
+SANITIZER_BUILD = $(SANITIZER_FLAGS) '-DCGDR_HWY_TARGETS=$(SANITIZER_TARGETS)'
 
 # Unit tests under ASan+UBSan (issue 2/4), in their own build tree.
 test-sanitize: setup
@@ -99,7 +101,7 @@ test-tsan: setup
 # skips the emulated products, which must print the AMX engine's stages.
 # The best vector target this CPU runs and scalar only (the code timed is the
 # same on every target).
-TIMING_BUILD = -DCMAKE_BUILD_TYPE=Release '-DCGDR_HWY_TARGETS=($(firstword $(RUNNABLE_VECTOR_TARGETS))|HWY_SCALAR)' -DCGDR_PHASE_TIMERS=ON \
+TIMING_BUILD = -DCMAKE_BUILD_TYPE=Release '-DCGDR_HWY_TARGETS=$(TIMING_TARGETS)' -DCGDR_PHASE_TIMERS=ON \
   -DCGDR_PYTHON=OFF -DCGDR_BENCH=OFF
 test-timing: setup
 	@cmake -S . -B build-timing $(TIMING_BUILD) >/dev/null
@@ -168,4 +170,4 @@ clean:
 
 # The Highway targets the sanitizer and timing builds compile on this CPU.
 print-targets:
-	@echo "sanitizer: $(subst $(space),|,$(RUNNABLE_VECTOR_TARGETS))|HWY_SCALAR; timing: $(firstword $(RUNNABLE_VECTOR_TARGETS))|HWY_SCALAR"
+	@echo "sanitizer: $(SANITIZER_TARGETS); timing: $(TIMING_TARGETS)"
