@@ -65,14 +65,43 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // The hardware prefetchers stop at 4 KiB page boundaries, and a state is a
 // long stream of pages: ask for the lines `distance` bytes ahead of the
-// `bytes` about to be read. Past the end of a head this is the next head of
-// the same sequence, which this thread usually takes next (prefetches never
-// fault).
+// `bytes` about to be read (prefetches never fault).
 constexpr int64_t kPrefetchBytes = CGDR_DECODE_PREFETCH;
 HWY_INLINE void PrefetchAhead(const void* p, int64_t bytes, int64_t distance = kPrefetchBytes) {
   if (kPrefetchBytes == 0) return;
   const char* b = static_cast<const char*>(p) + distance;
   for (int64_t off = 0; off < bytes; off += 64) hwy::Prefetch(b + off);
+}
+
+// Layout kv makes two passes over an item's head of `rows` rows: the sums,
+// then the update. The head after it in the pool (the same sequence's next
+// value head, which this thread usually takes next) is fetched over both
+// passes, half in each: rows [j0, j0 + n) of pass p ask for its bytes
+// [(p rows + j0) b / 2, (p rows + j0 + n) b / 2), b the bytes of a row. So
+// memory stays busy while either pass computes, and the next item's first
+// pass reads from L2 (with the next head fetched by the second pass alone,
+// the step ran 10% slower: docs/SPEC.md 6b). The first pass also asks for
+// its own rows kPrefetchBytes ahead, for a head that was not the one after
+// the previous item (the first head of a sequence).
+struct HeadPrefetch {
+  const void* head = nullptr;
+  int64_t rows = 0, row_bytes = 0;
+  HWY_INLINE void Rows(int pass, int64_t j0, int64_t n) const {
+    if (kPrefetchBytes == 0) return;
+    const char* h = static_cast<const char*>(head);
+    const int64_t b0 = (pass * rows + j0) * row_bytes / 2, b1 = (pass * rows + j0 + n) * row_bytes / 2;
+    for (int64_t off = b0 / 64 * 64; off < b1; off += 64) hwy::Prefetch(h + rows * row_bytes + off);
+    if (pass == 0) PrefetchAhead(h + j0 * row_bytes, n * row_bytes);
+  }
+};
+
+// f(j0, rows) over rows [0, n) in blocks of 4 rows (rows a
+// std::integral_constant), then single rows.
+template <class F>
+HWY_INLINE void ForRowBlocks(int64_t n, const F& f) {
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) f(j, std::integral_constant<int, 4>());
+  for (; j < n; ++j) f(j, std::integral_constant<int, 1>());
 }
 
 // The kernels below read and write the pool in its own dtype kT: a 16-bit
@@ -107,10 +136,14 @@ HWY_INLINE void WithRowLength(int64_t n, bool fixed, const F& f) {
 // kPC (the per-channel gate, KDA): element i of every row decays by ac[i]
 // instead of by a; the same operations lane for lane, so channels that all
 // decay by a give the scalar gate's bits.
+// ak: the key times the decays (HeadTokens::decayed_k), for (a S)^T k = S^T (a k).
+// (Two passes over the whole head instead, as layout kv makes them, ran
+// f32 heads of Dk = 128 faster and 16-bit ones slower: docs/SPEC.md 6b.)
 template <DType kT, int R, bool kPC = false, class Len = int64_t>
 HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j0, Len Dk,
-                           const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
-                           float beta, float a, const float* HWY_RESTRICT ac, float scale, float* HWY_RESTRICT o) {
+                           const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT ak,
+                           const float* HWY_RESTRICT v, float beta, float a, const float* HWY_RESTRICT ac, float scale,
+                           float* HWY_RESTRICT o) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t full = Dk - Dk % L;  // vector part; the rest is a scalar tail
@@ -122,19 +155,18 @@ HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j
     out_row[r] = dst + (j0 + r) * Dk;
   }
   PrefetchAhead(row[0], R * Dk * kDTypeBytes<kT>);
-  // u = beta (v - (a S)^T k)
+  // u = beta (v - S^T (a k))
   hn::Vec<decltype(d)> acc[R];
   for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d);
 #pragma GCC unroll 16
   for (int64_t i = 0; i < full; i += L) {
-    const auto vk = hn::Load(d, k + i);
-    const auto vai = kPC ? hn::Load(d, ac + i) : va;
-    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::Mul(vai, LoadVectorAs<kT>(d, row[r], i)), vk, acc[r]);
+    const auto vak = hn::Load(d, ak + i);
+    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(LoadVectorAs<kT>(d, row[r], i), vak, acc[r]);
   }
   float u[R];
   for (int r = 0; r < R; ++r) {
     float sk = hn::GetLane(hn::SumOfLanes(d, acc[r]));
-    for (int64_t i = full; i < Dk; ++i) sk += ((kPC ? ac[i] : a) * LoadElementAs<kT>(row[r], i)) * k[i];
+    for (int64_t i = full; i < Dk; ++i) sk += LoadElementAs<kT>(row[r], i) * ak[i];
     u[r] = beta * (v[j0 + r] - sk);
   }
   // S = a S + k u^T; o = scale S^T q
@@ -165,45 +197,38 @@ HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j
   }
 }
 
-// Layout kv, first pass over rows [i0, i0 + R): acc += (a S_i)^T k_i for
+// Layout kv, first pass over rows [i0, i0 + R): acc += S_i^T (a_i k_i) for
 // each row in order (R rows per trip over acc halve its loads and stores;
-// the sum is the same, row by row). kPC (the per-channel gate): row i decays
-// by ac[i] instead of a.
-template <DType kT, int R, bool kPC = false>
+// the sum is the same, row by row), ak the key times the decays
+// (HeadTokens::decayed_k).
+template <DType kT, int R>
 HWY_INLINE void AccumulateRowsKV(const PoolElem<kT>* HWY_RESTRICT S, int64_t i0, int64_t Dv,
-                                 const float* HWY_RESTRICT k, float a, const float* HWY_RESTRICT ac,
-                                 float* HWY_RESTRICT acc) {
+                                 const float* HWY_RESTRICT ak, float* HWY_RESTRICT acc) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t full = Dv - Dv % L;
-  const auto va = hn::Set(d, a);
   const PoolElem<kT>* HWY_RESTRICT row[R];
-  hn::Vec<decltype(d)> vk[R], var[R];
-  float ar[R];
+  hn::Vec<decltype(d)> vak[R];
   for (int r = 0; r < R; ++r) {
     row[r] = S + (i0 + r) * Dv;
-    PrefetchAhead(row[r], Dv * kDTypeBytes<kT>);
-    vk[r] = hn::Set(d, k[i0 + r]);
-    ar[r] = kPC ? ac[i0 + r] : a;
-    var[r] = kPC ? hn::Set(d, ar[r]) : va;
+    vak[r] = hn::Set(d, ak[i0 + r]);
   }
   for (int64_t j = 0; j < full; j += L) {
     auto x = hn::Load(d, acc + j);
-    for (int r = 0; r < R; ++r) x = hn::MulAdd(hn::Mul(kPC ? var[r] : va, LoadVectorAs<kT>(d, row[r], j)), vk[r], x);
+    for (int r = 0; r < R; ++r) x = hn::MulAdd(LoadVectorAs<kT>(d, row[r], j), vak[r], x);
     hn::Store(x, d, acc + j);
   }
   for (int64_t j = full; j < Dv; ++j) {
-    for (int r = 0; r < R; ++r) acc[j] += (ar[r] * LoadElementAs<kT>(row[r], j)) * k[i0 + r];
+    for (int r = 0; r < R; ++r) acc[j] += LoadElementAs<kT>(row[r], j) * ak[i0 + r];
   }
 }
 
 // Layout kv, second pass over rows [i0, i0 + R): S_i = a S_i + k_i u^T,
-// acc += q_i S_i. It reads the head from L2, so it also prefetches the next
-// head (same sequence, usually this thread's next item) meanwhile.
+// acc += q_i S_i, the head read from L2.
 // `stream_to` (verify; rows of whole vectors, aligned): the updated rows also
 // go there with streaming stores in the same pass. kPC: row i decays by ac[i].
 template <DType kT, int R, bool kPC = false>
-HWY_INLINE void UpdateRowsKV(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t i0, int64_t Dk, int64_t Dv,
+HWY_INLINE void UpdateRowsKV(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t i0, int64_t Dv,
                              const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT u,
                              float a, const float* HWY_RESTRICT ac, float* HWY_RESTRICT acc, PoolElem<kT>* stream_to) {
   const hn::ScalableTag<float> d;
@@ -217,7 +242,6 @@ HWY_INLINE void UpdateRowsKV(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t
   for (int r = 0; r < R; ++r) {
     row[r] = src + (i0 + r) * Dv;
     out_row[r] = dst + (i0 + r) * Dv;
-    PrefetchAhead(row[r], Dv * kDTypeBytes<kT>, Dk * Dv * kDTypeBytes<kT>);
     vk[r] = hn::Set(d, k[i0 + r]);
     vq[r] = hn::Set(d, q[i0 + r]);
     ar[r] = kPC ? ac[i0 + r] : a;
@@ -249,19 +273,23 @@ HWY_INLINE void UpdateRowsKV(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t
 // from src and written to dst (and streamed to `stream_to`, UpdateRowsKV). v
 // and the scratch buffers `acc` and `u` hold Dv floats padded to a multiple
 // of the vector width. kPC: row i (key channel i) decays by ac[i] instead of a.
+// ak: the key times the decays (HeadTokens::decayed_k). prefetch: the item's
+// head in the pool (HeadPrefetch).
 template <DType kT, bool kPC = false>
 HWY_INLINE void StepHeadKVAs(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t Dk, int64_t Dv,
-                             const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
-                             float beta, float a, const float* HWY_RESTRICT ac, float scale, float* HWY_RESTRICT o,
-                             float* HWY_RESTRICT acc, float* HWY_RESTRICT u, PoolElem<kT>* stream_to = nullptr) {
+                             const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT ak,
+                             const float* HWY_RESTRICT v, float beta, float a, const float* HWY_RESTRICT ac,
+                             float scale, float* HWY_RESTRICT o, float* HWY_RESTRICT acc, float* HWY_RESTRICT u,
+                             const HeadPrefetch& prefetch, PoolElem<kT>* stream_to = nullptr) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t padded = (Dv + L - 1) / L * L;
   for (int64_t j = 0; j < padded; j += L) hn::Store(hn::Zero(d), d, acc + j);
-  // acc = (a S)^T k, summed over rows in order.
-  int64_t i = 0;
-  for (; i + 4 <= Dk; i += 4) AccumulateRowsKV<kT, 4, kPC>(src, i, Dv, k, a, ac, acc);
-  for (; i < Dk; ++i) AccumulateRowsKV<kT, 1, kPC>(src, i, Dv, k, a, ac, acc);
+  // acc = S^T (a k), summed over rows in order.
+  ForRowBlocks(Dk, [&](int64_t i, auto rows) {
+    prefetch.Rows(0, i, rows.value);
+    AccumulateRowsKV<kT, rows.value>(src, i, Dv, ak, acc);
+  });
   // u = beta (v - acc); acc is reused for the output sums.
   const auto vb = hn::Set(d, beta);
   for (int64_t j = 0; j < padded; j += L) {
@@ -269,8 +297,10 @@ HWY_INLINE void StepHeadKVAs(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t
     hn::Store(hn::Zero(d), d, acc + j);
   }
   // S = a S + k u^T; acc = S^T q.
-  for (i = 0; i + 4 <= Dk; i += 4) UpdateRowsKV<kT, 4, kPC>(src, dst, i, Dk, Dv, q, k, u, a, ac, acc, stream_to);
-  for (; i < Dk; ++i) UpdateRowsKV<kT, 1, kPC>(src, dst, i, Dk, Dv, q, k, u, a, ac, acc, stream_to);
+  ForRowBlocks(Dk, [&](int64_t i, auto rows) {
+    prefetch.Rows(1, i, rows.value);
+    UpdateRowsKV<kT, rows.value, kPC>(src, dst, i, Dv, q, k, u, a, ac, acc, stream_to);
+  });
   for (int64_t j = 0; j < Dv; ++j) o[j] = scale * acc[j];
 }
 
@@ -310,11 +340,10 @@ HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, Len Dk, int64_t t, int64_
   const int64_t L = static_cast<int64_t>(hn::Lanes(d)), full = Dk - Dk % L;
   const float* HWY_RESTRICT q = h.q + t * h.row;
   const float* HWY_RESTRICT k = h.k + t * h.row;
-  const float* HWY_RESTRICT k1 = next ? k + h.row : k;
-  const float a = h.decay[t], a1 = next ? h.decay[t + 1] : 0.0f;
-  const auto va = hn::Set(d, a), va1 = hn::Set(d, a1);
+  const float* HWY_RESTRICT ak1 = h.decayed_k + (next ? t + 1 : t) * h.row;  // the next token's a k
+  const float a = h.decay[t];
+  const auto va = hn::Set(d, a);
   const float* HWY_RESTRICT ac = kPC ? h.decay_ch + t * h.row : nullptr;   // this token's decays
-  const float* HWY_RESTRICT ac1 = kPC && next ? ac + h.row : ac;           // the next token's
   auto* carry = static_cast<PoolElem<kT>*>(h.carry);
   float u[R];
   hn::Vec<decltype(d)> vu[R], oacc[R], nacc[R];
@@ -328,9 +357,8 @@ HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, Len Dk, int64_t t, int64_
   for (int64_t i = 0; i < full; i += L) {
     const auto vk = hn::Load(d, k + i);
     const auto vq = hn::Load(d, q + i);
-    const auto vk1 = hn::Load(d, k1 + i);
+    const auto vak1 = hn::Load(d, ak1 + i);
     const auto vai = kPC ? hn::Load(d, ac + i) : va;
-    const auto vai1 = kPC && next ? hn::Load(d, ac1 + i) : va1;
     for (int r = 0; r < R; ++r) {
       const int64_t row = (j0 + r) * Dk;
       const auto s = hn::MulAdd(vk, vu[r], hn::Mul(vai, LoadVectorAs<kT>(d, from + row, i)));
@@ -341,7 +369,7 @@ HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, Len Dk, int64_t t, int64_
       oacc[r] = hn::MulAdd(s, vq, oacc[r]);
       if (next) {
         const auto stored = kT == DType::kF32 ? s : LoadVectorAs<kT>(d, carry + row, i);
-        nacc[r] = hn::MulAdd(hn::Mul(vai1, stored), vk1, nacc[r]);
+        nacc[r] = hn::MulAdd(stored, vak1, nacc[r]);
       }
     }
   }
@@ -356,7 +384,7 @@ HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, Len Dk, int64_t t, int64_
     h.o[t * h.row + j0 + r] = h.scale * oq;
     if (!next) continue;
     sk[r] = hn::GetLane(hn::SumOfLanes(d, nacc[r]));
-    for (int64_t i = full; i < Dk; ++i) sk[r] += ((kPC ? ac1[i] : a1) * LoadElementAs<kT>(carry + row, i)) * k1[i];
+    for (int64_t i = full; i < Dk; ++i) sk[r] += LoadElementAs<kT>(carry + row, i) * ak1[i];
   }
 }
 
@@ -371,23 +399,19 @@ HWY_INLINE void VerifyRowsVK(const HeadTokens& h, Len Dk, int64_t j0, bool strea
   const auto* src = static_cast<const PoolElem<kT>*>(h.src);
   auto* carry = static_cast<PoolElem<kT>*>(h.carry);
   PrefetchAhead(src + j0 * Dk, R * Dk * kDTypeBytes<kT>);
-  // Token 0's sums (a S)^T k from the source, as StepRowsVK forms them.
-  const auto va = hn::Set(d, h.decay[0]);
-  const float* HWY_RESTRICT ac = h.decay_ch;  // token 0's per-channel decays (kPC)
+  // Token 0's sums S^T (a k) from the source, as StepRowsVK forms them.
+  const float* HWY_RESTRICT ak = h.decayed_k;  // token 0's
   hn::Vec<decltype(d)> acc[R];
   for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d);
 #pragma GCC unroll 16
   for (int64_t i = 0; i < full; i += L) {
-    const auto vk = hn::Load(d, h.k + i);
-    const auto vai = kPC ? hn::Load(d, ac + i) : va;
-    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::Mul(vai, LoadVectorAs<kT>(d, src + (j0 + r) * Dk, i)), vk, acc[r]);
+    const auto vak = hn::Load(d, ak + i);
+    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(LoadVectorAs<kT>(d, src + (j0 + r) * Dk, i), vak, acc[r]);
   }
   float sk[R];
   for (int r = 0; r < R; ++r) {
     sk[r] = hn::GetLane(hn::SumOfLanes(d, acc[r]));
-    for (int64_t i = full; i < Dk; ++i) {
-      sk[r] += ((kPC ? ac[i] : h.decay[0]) * LoadElementAs<kT>(src + (j0 + r) * Dk, i)) * h.k[i];
-    }
+    for (int64_t i = full; i < Dk; ++i) sk[r] += LoadElementAs<kT>(src + (j0 + r) * Dk, i) * ak[i];
   }
   for (int64_t t = 0; t < h.K; ++t) {
     auto* to = static_cast<PoolElem<kT>*>(h.dst[t]);
@@ -420,19 +444,14 @@ template <DType kT, bool kPC, class Len>
 HWY_INLINE void StepTokensVK(const HeadTokens& h, Len Dk) {
   if (h.InPlace()) {
     auto* S = static_cast<PoolElem<kT>*>(h.dst[0]);
-    const auto token = [&](int64_t j0, auto rows) {
-      StepRowsVK<kT, decltype(rows)::value, kPC>(S, S, j0, Dk, h.q, h.k, h.v, h.beta[0], h.decay[0], h.decay_ch,
-                                                 h.scale, h.o);
-    };
-    int64_t j = 0;
-    for (; j + 4 <= h.Dv; j += 4) token(j, std::integral_constant<int, 4>());
-    for (; j < h.Dv; ++j) token(j, std::integral_constant<int, 1>());
+    ForRowBlocks(h.Dv, [&](int64_t j0, auto rows) {
+      StepRowsVK<kT, rows.value, kPC>(S, S, j0, Dk, h.q, h.k, h.decayed_k, h.v, h.beta[0], h.decay[0], h.decay_ch,
+                                      h.scale, h.o);
+    });
     return;
   }
   const bool stream = StreamsRows<kT>(h, h.Dk);
-  int64_t j = 0;
-  for (; j + 4 <= h.Dv; j += 4) VerifyRowsVK<kT, 4, kPC>(h, Dk, j, stream);
-  for (; j < h.Dv; ++j) VerifyRowsVK<kT, 1, kPC>(h, Dk, j, stream);
+  ForRowBlocks(h.Dv, [&](int64_t j0, auto rows) { VerifyRowsVK<kT, rows.value, kPC>(h, Dk, j0, stream); });
 }
 
 // An item's K tokens in layout kv: a single step whose destination is its
@@ -443,10 +462,11 @@ HWY_INLINE void StepTokensVK(const HeadTokens& h, Len Dk) {
 template <DType kT, bool kPC>
 HWY_INLINE void StepTokensKV(const HeadTokens& h) {
   const auto* src = static_cast<const PoolElem<kT>*>(h.src);
+  const HeadPrefetch prefetch{src, h.Dk, h.Dv * kDTypeBytes<kT>};
   const auto token = [&](int64_t t, const PoolElem<kT>* from, PoolElem<kT>* to, PoolElem<kT>* stream_to) {
-    StepHeadKVAs<kT, kPC>(from, to, h.Dk, h.Dv, h.q + t * h.row, h.k + t * h.row, h.v + t * h.row, h.beta[t],
-                          h.decay[t], kPC ? h.decay_ch + t * h.row : nullptr, h.scale, h.o + t * h.row, h.acc, h.u,
-                          stream_to);
+    StepHeadKVAs<kT, kPC>(from, to, h.Dk, h.Dv, h.q + t * h.row, h.k + t * h.row, h.decayed_k + t * h.row,
+                          h.v + t * h.row, h.beta[t], h.decay[t], kPC ? h.decay_ch + t * h.row : nullptr, h.scale,
+                          h.o + t * h.row, h.acc, h.u, prefetch, stream_to);
   };
   if (h.InPlace()) {
     auto* S = static_cast<PoolElem<kT>*>(h.dst[0]);
@@ -462,8 +482,27 @@ HWY_INLINE void StepTokensKV(const HeadTokens& h) {
   }
 }
 
+// Each token's key times its decays into h.decayed_k, channels [0, Dk)
+// rounded up to whole vectors (k's padding is zero). One rounded multiply
+// per channel: the same bits on every target, and equal channels give the
+// scalar gate's.
+HWY_INLINE void DecayKeys(const HeadTokens& h) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t t = 0; t < h.K; ++t) {
+    const float* k = h.k + t * h.row;
+    float* ak = h.decayed_k + t * h.row;
+    const auto va = hn::Set(d, h.decay[t]);
+    for (int64_t i = 0; i < h.Dk; i += L) {
+      const auto a = h.decay_ch != nullptr ? hn::Load(d, h.decay_ch + t * h.row + i) : va;
+      hn::Store(hn::Mul(a, hn::Load(d, k + i)), d, ak + i);
+    }
+  }
+}
+
 // The dispatched entry point: one item's tokens on a pool of dtype `pool`.
 void StepHeadTokens(const HeadTokens& h, DType pool, StateLayout layout) {
+  DecayKeys(h);
   ForDType(pool, [&](auto tag) {
     constexpr DType kT = decltype(tag)::value;
     const bool per_channel = h.decay_ch != nullptr;
@@ -568,6 +607,7 @@ struct alignas(64) ItemScratch {
   float acc[kBuf], u[kBuf];
   float beta[kMaxK], decay[kMaxK];
   float decay_ch[kMaxK][kBuf];  // the per-channel gate (KDA): exp(g) per key channel of each token
+  float decayed_k[kMaxK][kBuf]; // k times its decays (HeadTokens::decayed_k)
   float bias[kBuf];             // the head's per-channel dt_bias as f32
   void* dst[kMaxK];
 };
@@ -711,6 +751,7 @@ void RunItem(const DecodeProblem& p, const DecodeInputs& in, const DecodeOutputs
   ht.beta = sc.beta;
   ht.decay = sc.decay;
   ht.decay_ch = p.per_channel_gate ? sc.decay_ch[0] : nullptr;
+  ht.decayed_k = sc.decayed_k[0];
   ht.scale = static_cast<float>(p.scale);
   ht.src = S;
   ht.dst = sc.dst;

@@ -20,6 +20,11 @@ struct HeadTokens {
   // exp(g) of each key channel of each token (layout kv: row i of S decays by
   // decay_ch[i]; vk: column i); null: every channel decays by decay[t].
   const float* decay_ch = nullptr;
+  // Scratch of [K] rows of `row` floats that the kernels fill with each
+  // token's key times its decays, a k_i (decay_ch[i] k_i per channel): the
+  // first pass's (a S)^T k is S^T (a k), one multiply-add per element of S
+  // instead of a multiply and a multiply-add.
+  float* decayed_k = nullptr;
   float scale = 1.0f;
   const void* src = nullptr;      // the state in the pool, read once
   void* const* dst = nullptr;     // [K]: where the state after token j goes (null: nowhere)
