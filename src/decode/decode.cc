@@ -128,6 +128,43 @@ HWY_INLINE void WithRowLength(int64_t n, bool fixed, const F& f) {
   f(n);
 }
 
+// f(i, P) for the vectors [0, full) of a row in groups of P =
+// kStoreVectors<kT> (the bf16 stores pair up on AVX2: StoreVectorsAs), a
+// last single vector where a group does not fit; L: the lanes.
+template <DType kT, class F>
+HWY_INLINE void ForStoreGroups(int64_t full, int64_t L, const F& f) {
+  constexpr int P = kStoreVectors<kT>;
+  int64_t i = 0;
+#pragma GCC unroll 16
+  for (; i + P * L <= full; i += P * L) f(i, std::integral_constant<int, P>());
+  if constexpr (P > 1) {
+    if (i < full) f(i, std::integral_constant<int, 1>());
+  }
+}
+
+// sums[r] = S_{j0 + r} . ak for rows [j0, j0 + R) of a head in layout vk
+// (rows of Dk), R rows interleaved: the first pass of a step (StepRowsVK)
+// and token 0's sums of a verify item (VerifyRowsVK), which must be the same
+// sums bit for bit (a verify token is a single step).
+template <DType kT, int R, class Len>
+HWY_INLINE void RowSumsVK(const PoolElem<kT>* HWY_RESTRICT S, int64_t j0, Len Dk, const float* HWY_RESTRICT ak,
+                          float* HWY_RESTRICT sums) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t full = Dk - Dk % L;
+  hn::Vec<decltype(d)> acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d);
+#pragma GCC unroll 16
+  for (int64_t i = 0; i < full; i += L) {
+    const auto vak = hn::Load(d, ak + i);
+    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(LoadVectorAs<kT>(d, S + (j0 + r) * Dk, i), vak, acc[r]);
+  }
+  for (int r = 0; r < R; ++r) {
+    sums[r] = hn::GetLane(hn::SumOfLanes(d, acc[r]));
+    for (int64_t i = full; i < Dk; ++i) sums[r] += LoadElementAs<kT>(S + (j0 + r) * Dk, i) * ak[i];
+  }
+}
+
 // Rows [j0, j0 + R) of a head in layout vk, R rows interleaved so their
 // independent dot products and reductions overlap (a single row's chain of
 // dot -> reduce -> update -> dot -> reduce is latency-bound).
@@ -156,36 +193,33 @@ HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j
   }
   PrefetchAhead(row[0], R * Dk * kDTypeBytes<kT>);
   // u = beta (v - S^T (a k))
-  hn::Vec<decltype(d)> acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d);
-#pragma GCC unroll 16
-  for (int64_t i = 0; i < full; i += L) {
-    const auto vak = hn::Load(d, ak + i);
-    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(LoadVectorAs<kT>(d, row[r], i), vak, acc[r]);
-  }
   float u[R];
-  for (int r = 0; r < R; ++r) {
-    float sk = hn::GetLane(hn::SumOfLanes(d, acc[r]));
-    for (int64_t i = full; i < Dk; ++i) sk += LoadElementAs<kT>(row[r], i) * ak[i];
-    u[r] = beta * (v[j0 + r] - sk);
-  }
-  // S = a S + k u^T; o = scale S^T q
-  hn::Vec<decltype(d)> vu[R];
+  RowSumsVK<kT, R>(src, j0, Dk, ak, u);
+  for (int r = 0; r < R; ++r) u[r] = beta * (v[j0 + r] - u[r]);
+  // S = a S + k u^T; o = scale S^T q, P vectors of a row at a time
+  // (ForStoreGroups).
+  hn::Vec<decltype(d)> vu[R], acc[R];
   for (int r = 0; r < R; ++r) {
     vu[r] = hn::Set(d, u[r]);
     acc[r] = hn::Zero(d);
   }
-#pragma GCC unroll 16
-  for (int64_t i = 0; i < full; i += L) {
-    const auto vk = hn::Load(d, k + i);
-    const auto vq = hn::Load(d, q + i);
-    const auto vai = kPC ? hn::Load(d, ac + i) : va;
-    for (int r = 0; r < R; ++r) {
-      const auto s = hn::MulAdd(vk, vu[r], hn::Mul(vai, LoadVectorAs<kT>(d, row[r], i)));
-      StoreVectorAs<kT>(d, s, out_row[r], i);
-      acc[r] = hn::MulAdd(s, vq, acc[r]);
+  const auto update = [&](int64_t i, auto vectors) {
+    constexpr int P = decltype(vectors)::value;
+    hn::Vec<decltype(d)> vk[P], vq[P], vai[P], s[P];
+    for (int p = 0; p < P; ++p) {
+      vk[p] = hn::Load(d, k + i + p * L);
+      vq[p] = hn::Load(d, q + i + p * L);
+      vai[p] = kPC ? hn::Load(d, ac + i + p * L) : va;
     }
-  }
+    for (int r = 0; r < R; ++r) {
+      for (int p = 0; p < P; ++p) {
+        s[p] = hn::MulAdd(vk[p], vu[r], hn::Mul(vai[p], LoadVectorAs<kT>(d, row[r], i + p * L)));
+      }
+      StoreVectorsAs<kT, P>(d, s, out_row[r], i);
+      for (int p = 0; p < P; ++p) acc[r] = hn::MulAdd(s[p], vq[p], acc[r]);
+    }
+  };
+  ForStoreGroups<kT>(full, L, update);
   for (int r = 0; r < R; ++r) {
     float oq = hn::GetLane(hn::SumOfLanes(d, acc[r]));
     for (int64_t i = full; i < Dk; ++i) {
@@ -247,19 +281,29 @@ HWY_INLINE void UpdateRowsKV(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t
     ar[r] = kPC ? ac[i0 + r] : a;
     var[r] = kPC ? hn::Set(d, ar[r]) : va;
   }
-  for (int64_t j = 0; j < full; j += L) {
-    const auto vu = hn::Load(d, u + j);
-    auto x = hn::Load(d, acc + j);
-    for (int r = 0; r < R; ++r) {
-      const auto s = hn::MulAdd(vk[r], vu, hn::Mul(kPC ? var[r] : va, LoadVectorAs<kT>(d, row[r], j)));
-      StoreVectorAs<kT>(d, s, out_row[r], j);
-      if constexpr (kStreamableAs<kT>) {
-        if (stream_to != nullptr) StoreVectorAs<kT, true>(d, s, stream_to + (i0 + r) * Dv, j);
-      }
-      x = hn::MulAdd(vq[r], s, x);
+  // P vectors of a row at a time (ForStoreGroups).
+  const auto update = [&](int64_t j, auto vectors) {
+    constexpr int P = decltype(vectors)::value;
+    hn::Vec<decltype(d)> vu[P], x[P], s[P];
+    for (int p = 0; p < P; ++p) {
+      vu[p] = hn::Load(d, u + j + p * L);
+      x[p] = hn::Load(d, acc + j + p * L);
     }
-    hn::Store(x, d, acc + j);
-  }
+    for (int r = 0; r < R; ++r) {
+      for (int p = 0; p < P; ++p) {
+        s[p] = hn::MulAdd(vk[r], vu[p], hn::Mul(kPC ? var[r] : va, LoadVectorAs<kT>(d, row[r], j + p * L)));
+      }
+      StoreVectorsAs<kT, P>(d, s, out_row[r], j);
+      for (int p = 0; p < P; ++p) {
+        if constexpr (kStreamableAs<kT>) {
+          if (stream_to != nullptr) StoreVectorAs<kT, true>(d, s[p], stream_to + (i0 + r) * Dv, j + p * L);
+        }
+        x[p] = hn::MulAdd(vq[r], s[p], x[p]);
+      }
+    }
+    for (int p = 0; p < P; ++p) hn::Store(x[p], d, acc + j + p * L);
+  };
+  ForStoreGroups<kT>(full, L, update);
   for (int64_t j = full; j < Dv; ++j) {
     for (int r = 0; r < R; ++r) {
       const float s = k[i0 + r] * u[j] + ar[r] * LoadElementAs<kT>(row[r], j);
@@ -394,25 +438,12 @@ HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, Len Dk, int64_t t, int64_
 // row is aligned for whole-vector streaming stores.
 template <DType kT, int R, bool kPC = false, class Len = int64_t>
 HWY_INLINE void VerifyRowsVK(const HeadTokens& h, Len Dk, int64_t j0, bool stream) {
-  const hn::ScalableTag<float> d;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(d)), full = Dk - Dk % L;
   const auto* src = static_cast<const PoolElem<kT>*>(h.src);
   auto* carry = static_cast<PoolElem<kT>*>(h.carry);
   PrefetchAhead(src + j0 * Dk, R * Dk * kDTypeBytes<kT>);
   // Token 0's sums S^T (a k) from the source, as StepRowsVK forms them.
-  const float* HWY_RESTRICT ak = h.decayed_k;  // token 0's
-  hn::Vec<decltype(d)> acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d);
-#pragma GCC unroll 16
-  for (int64_t i = 0; i < full; i += L) {
-    const auto vak = hn::Load(d, ak + i);
-    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(LoadVectorAs<kT>(d, src + (j0 + r) * Dk, i), vak, acc[r]);
-  }
   float sk[R];
-  for (int r = 0; r < R; ++r) {
-    sk[r] = hn::GetLane(hn::SumOfLanes(d, acc[r]));
-    for (int64_t i = full; i < Dk; ++i) sk[r] += LoadElementAs<kT>(src + (j0 + r) * Dk, i) * ak[i];
-  }
+  RowSumsVK<kT, R>(src, j0, Dk, h.decayed_k, sk);
   for (int64_t t = 0; t < h.K; ++t) {
     auto* to = static_cast<PoolElem<kT>*>(h.dst[t]);
     VerifyTokenRowsVK<kT, R, kPC>(h, Dk, t, j0, t == 0 ? src : carry, stream ? to : nullptr, sk, t + 1 < h.K);

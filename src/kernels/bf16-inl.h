@@ -31,13 +31,16 @@ using VU32 = hn::Vec<DU32>;
 
 // bf16 bits (low 16 bits of each lane) of the f32 lanes u, rounded to nearest
 // even; NaN stays NaN (quiet). Bit-identical to F32ToBF16.
+// The NaN test is the float compare (one operation; an integer test of the
+// magnitude takes two), and u >> 16 serves both the rounding and the NaN.
 HWY_INLINE VU32 Bf16Bits(VU32 u) {
+  const DBF d;
   const DU32 du;
-  const DI32 di;
-  const auto rounding = hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)));
+  const auto top = hn::ShiftRight<16>(u);
+  const auto rounding = hn::Add(hn::Set(du, 0x7FFFu), hn::And(top, hn::Set(du, 1u)));
   const auto rounded = hn::ShiftRight<16>(hn::Add(u, rounding));
-  const auto nan = hn::RebindMask(du, hn::Gt(hn::BitCast(di, hn::And(u, hn::Set(du, 0x7FFFFFFFu))), hn::Set(di, 0x7F800000)));
-  return hn::IfThenElse(nan, hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u)), rounded);
+  const auto nan = hn::RebindMask(du, hn::IsNaN(hn::BitCast(d, u)));
+  return hn::IfThenElse(nan, hn::Or(top, hn::Set(du, 0x40u)), rounded);
 }
 
 // hi = bf16(x); lo = bf16(x - hi), 0 where hi is not finite. x - hi is exact

@@ -105,6 +105,9 @@ MUTANTS = [
            "std::min<int64_t>(plan.threads, plan.groups())", "std::min<int64_t>(1, plan.groups())", CONF),
     Mutant("kernels-bf16x4-drops-lolo", "src/kernels/gemm_bf16.cc",
            "pj.lolo = prec == Precision::kBf16x4;", "pj.lolo = false;", CONF + "|Precision"),
+    Mutant("kernels-bf16-pair-out-of-order", "src/kernels/load-inl.h",
+           "_mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 1, 2, 0))",
+           "_mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 2, 1, 0))", "Precision|Decode"),
     # ---- src/core
     Mutant("core-threads-resolve", "src/core/threads.cc",
            "return requested > 0 ? requested : std::max(1, omp_get_max_threads());",
