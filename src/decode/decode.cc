@@ -95,12 +95,12 @@ struct HeadPrefetch {
   }
 };
 
-// f(j0, rows) over rows [0, n) in blocks of 4 rows (rows a
+// f(j0, rows) over rows [0, n) in blocks of kRows rows (rows a
 // std::integral_constant), then single rows.
-template <class F>
+template <int kRows = 4, class F>
 HWY_INLINE void ForRowBlocks(int64_t n, const F& f) {
   int64_t j = 0;
-  for (; j + 4 <= n; j += 4) f(j, std::integral_constant<int, 4>());
+  for (; j + kRows <= n; j += kRows) f(j, std::integral_constant<int, kRows>());
   for (; j < n; ++j) f(j, std::integral_constant<int, 1>());
 }
 
@@ -126,20 +126,6 @@ template <class F>
 HWY_INLINE void WithRowLength(int64_t n, bool fixed, const F& f) {
   if (fixed && n == Len128::value) return f(Len128());
   f(n);
-}
-
-// f(i, P) for the vectors [0, full) of a row in groups of P =
-// kStoreVectors<kT> (the bf16 stores pair up on AVX2: StoreVectorsAs), a
-// last single vector where a group does not fit; L: the lanes.
-template <DType kT, class F>
-HWY_INLINE void ForStoreGroups(int64_t full, int64_t L, const F& f) {
-  constexpr int P = kStoreVectors<kT>;
-  int64_t i = 0;
-#pragma GCC unroll 16
-  for (; i + P * L <= full; i += P * L) f(i, std::integral_constant<int, P>());
-  if constexpr (P > 1) {
-    if (i < full) f(i, std::integral_constant<int, 1>());
-  }
 }
 
 // sums[r] = S_{j0 + r} . ak for rows [j0, j0 + R) of a head in layout vk
@@ -293,12 +279,15 @@ HWY_INLINE void UpdateRowsKV(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t
       for (int p = 0; p < P; ++p) {
         s[p] = hn::MulAdd(vk[r], vu[p], hn::Mul(kPC ? var[r] : va, LoadVectorAs<kT>(d, row[r], j + p * L)));
       }
-      StoreVectorsAs<kT, P>(d, s, out_row[r], j);
-      for (int p = 0; p < P; ++p) {
-        if constexpr (kStreamableAs<kT>) {
+      if constexpr (kT == DType::kF32) {
+        StoreVectorsAs<kT, P>(d, s, out_row[r], j);
+        for (int p = 0; p < P; ++p) {
           if (stream_to != nullptr) StoreVectorAs<kT, true>(d, s[p], stream_to + (i0 + r) * Dv, j + p * L);
+          x[p] = hn::MulAdd(vq[r], s[p], x[p]);
         }
-        x[p] = hn::MulAdd(vq[r], s[p], x[p]);
+      } else {  // 16-bit: rounded once for both stores (StoreVectorsAs)
+        StoreVectorsAs<kT, P>(d, s, out_row[r], j, kStreamableAs<kT> && stream_to ? stream_to + (i0 + r) * Dv : nullptr);
+        for (int p = 0; p < P; ++p) x[p] = hn::MulAdd(vq[r], s[p], x[p]);
       }
     }
     for (int p = 0; p < P; ++p) hn::Store(x[p], d, acc + j + p * L);
@@ -406,14 +395,27 @@ HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, Len Dk, int64_t t, int64_
     for (int r = 0; r < R; ++r) {
       const int64_t row = (j0 + r) * Dk;
       const auto s = hn::MulAdd(vk, vu[r], hn::Mul(vai, LoadVectorAs<kT>(d, from + row, i)));
-      StoreVectorAs<kT>(d, s, carry + row, i);
-      if constexpr (kStreamableAs<kT>) {
-        if (stream_to != nullptr) StoreVectorAs<kT, true>(d, s, stream_to + row, i);
-      }
-      oacc[r] = hn::MulAdd(s, vq, oacc[r]);
-      if (next) {
-        const auto stored = kT == DType::kF32 ? s : LoadVectorAs<kT>(d, carry + row, i);
-        nacc[r] = hn::MulAdd(stored, vak1, nacc[r]);
+      if constexpr (kT != DType::kF32 && kRoundsInRegisters<kT>) {
+        // Rounded once: stored, streamed and read back (FromBitsAs) from the
+        // same bits.
+        const hn::Rebind<uint16_t, decltype(d)> du16;
+        const auto bits = BitsAs<kT>(d, s);
+        hn::StoreU(bits, du16, reinterpret_cast<uint16_t*>(carry + row) + i);
+        if constexpr (kStreamableAs<kT>) {
+          if (stream_to != nullptr) hn::Stream(bits, du16, reinterpret_cast<uint16_t*>(stream_to + row) + i);
+        }
+        oacc[r] = hn::MulAdd(s, vq, oacc[r]);
+        if (next) nacc[r] = hn::MulAdd(FromBitsAs<kT>(d, bits), vak1, nacc[r]);
+      } else {
+        StoreVectorAs<kT>(d, s, carry + row, i);
+        if constexpr (kStreamableAs<kT>) {
+          if (stream_to != nullptr) StoreVectorAs<kT, true>(d, s, stream_to + row, i);
+        }
+        oacc[r] = hn::MulAdd(s, vq, oacc[r]);
+        if (next) {
+          const auto stored = kT == DType::kF32 ? s : LoadVectorAs<kT>(d, carry + row, i);
+          nacc[r] = hn::MulAdd(stored, vak1, nacc[r]);
+        }
       }
     }
   }
@@ -482,7 +484,7 @@ HWY_INLINE void StepTokensVK(const HeadTokens& h, Len Dk) {
     return;
   }
   const bool stream = StreamsRows<kT>(h, h.Dk);
-  ForRowBlocks(h.Dv, [&](int64_t j0, auto rows) { VerifyRowsVK<kT, rows.value, kPC>(h, Dk, j0, stream); });
+  ForRowBlocks<kT == DType::kF32 ? 4 : 2>(h.Dv, [&](int64_t j0, auto rows) { VerifyRowsVK<kT, rows.value, kPC>(h, Dk, j0, stream); });
 }
 
 // An item's K tokens in layout kv: a single step whose destination is its

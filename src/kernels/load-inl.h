@@ -111,6 +111,41 @@ constexpr bool kStreamableAs =
     (kT != DType::kF16 || HWY_TARGET <= HWY_AVX2) &&
     (HWY_TARGET == HWY_SCALAR || hn::MaxLanes(hn::ScalableTag<float>()) * kDTypeBytes<kT> >= 16);
 
+// Whether BitsAs<kT> rounds in registers here: f32 and bf16 everywhere, f16
+// where F16C converts it (elsewhere the portable converter goes lane by lane).
+template <DType kT>
+constexpr bool kRoundsInRegisters = kT != DType::kF16 || HWY_TARGET <= HWY_AVX2;
+
+// The 16-bit lanes (f16 or bf16 bits, round to nearest even) that the lanes
+// of v round to as kT: what StoreVectorAs<kT> writes. Where a value goes to
+// several places (a carry buffer and a streamed destination) or is read back,
+// it is rounded once (verify, docs/SPEC.md 6d.2).
+template <DType kT, class D>
+HWY_INLINE hn::Vec<hn::Rebind<uint16_t, D>> BitsAs(D d, hn::Vec<D> v) {
+  static_assert(kT != DType::kF32 && kRoundsInRegisters<kT>, "16-bit dtypes rounded in registers only");
+  const hn::Rebind<uint16_t, D> du16;
+  if constexpr (kT == DType::kF16) {
+    return hn::BitCast(du16, hn::DemoteTo(hn::Rebind<hwy::float16_t, D>(), v));
+  } else {
+    // Bf16Bits: the rounding of F32ToBF16 (nearest even, NaN kept) in registers.
+    const VU32 bits = Bf16Bits(hn::BitCast(DU32(), v));  // < 2^16: the i32 demote is exact
+    (void)d;
+    return hn::DemoteTo(du16, hn::BitCast(DI32(), bits));
+  }
+}
+
+// The f32 value of 16-bit lanes of kT: LoadVectorAs<kT> of them, bit for bit,
+// without the trip through memory.
+template <DType kT, class D>
+HWY_INLINE hn::Vec<D> FromBitsAs(D d, hn::Vec<hn::Rebind<uint16_t, D>> bits) {
+  static_assert(kT != DType::kF32 && kRoundsInRegisters<kT>, "16-bit dtypes rounded in registers only");
+  if constexpr (kT == DType::kF16) {
+    return hn::PromoteTo(d, hn::BitCast(hn::Rebind<hwy::float16_t, D>(), bits));
+  } else {
+    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(hn::RebindToUnsigned<D>(), bits)));
+  }
+}
+
 // The lanes of v stored as kT at element i of dst (round to nearest even).
 // kStream (only where kStreamableAs<kT>): a streaming store past the caches;
 // dst + i must then be aligned to the stored vector's bytes.
@@ -126,22 +161,13 @@ HWY_INLINE void StoreVectorAs(D d, hn::Vec<D> v, void* HWY_RESTRICT dst, int64_t
   };
   if constexpr (kT == DType::kF32) {
     store(v, d, static_cast<float*>(dst) + i);
-  } else if constexpr (kT == DType::kF16) {
-#if HWY_TARGET <= HWY_AVX2
-    const hn::Rebind<hwy::float16_t, D> df16;
-    const hn::Rebind<uint16_t, D> du16;
-    store(hn::BitCast(du16, hn::DemoteTo(df16, v)), du16, static_cast<uint16_t*>(dst) + i);
-#else
+  } else if constexpr (kRoundsInRegisters<kT>) {
+    store(BitsAs<kT>(d, v), hn::Rebind<uint16_t, D>(), static_cast<uint16_t*>(dst) + i);
+  } else {
     HWY_ALIGN float lanes[hn::MaxLanes(d)];  // no F16C: the portable converter
     hn::Store(v, d, lanes);
     uint16_t* bits = static_cast<uint16_t*>(dst) + i;
     for (size_t l = 0; l < hn::Lanes(d); ++l) bits[l] = F32ToF16(lanes[l]);
-#endif
-  } else {
-    // Bf16Bits: the rounding of F32ToBF16 (nearest even, NaN kept) in registers.
-    const hn::Rebind<uint16_t, D> du16;
-    const VU32 bits = Bf16Bits(hn::BitCast(DU32(), v));  // < 2^16: the i32 demote is exact
-    store(hn::DemoteTo(du16, hn::BitCast(DI32(), bits)), du16, static_cast<uint16_t*>(dst) + i);
   }
 }
 
@@ -152,13 +178,31 @@ HWY_INLINE void StoreVectorAs(D d, hn::Vec<D> v, void* HWY_RESTRICT dst, int64_t
 template <DType kT>
 constexpr int kStoreVectors = (kT == DType::kBF16 && HWY_TARGET == HWY_AVX2) ? 2 : 1;
 
+// f(i, P) for the vectors [0, full) of a row in groups of P =
+// kStoreVectors<kT> (the bf16 stores pair up on AVX2: StoreVectorsAs below), a
+// last single vector where a group does not fit; L: the lanes.
+template <DType kT, class F>
+HWY_INLINE void ForStoreGroups(int64_t full, int64_t L, const F& f) {
+  constexpr int P = kStoreVectors<kT>;
+  int64_t i = 0;
+#pragma GCC unroll 16
+  for (; i + P * L <= full; i += P * L) f(i, std::integral_constant<int, P>());
+  if constexpr (P > 1) {
+    if (i < full) f(i, std::integral_constant<int, 1>());
+  }
+}
+
 // P vectors v[0, P) stored as kT at elements i, i + Lanes(d), ... of dst:
 // StoreVectorAs P times, bit for bit. On AVX2 a bf16 pair shares one pack
 // and one lane permute, which a single vector needs as well (the 32-to-16-bit
 // pack works within 128-bit blocks); that is most of the bf16 store's cost on
 // cores that split 256-bit operations (AMD Zen 1: docs/SPEC.md 6b).
+// stream_dst (where kStreamableAs<kT>; else null): the same bits also
+// streamed to it at i (aligned as StoreVectorAs<kT, true> asks), from the
+// same rounding.
 template <DType kT, int P, class D>
-HWY_INLINE void StoreVectorsAs(D d, const hn::Vec<D>* v, void* HWY_RESTRICT dst, int64_t i) {
+HWY_INLINE void StoreVectorsAs(D d, const hn::Vec<D>* v, void* HWY_RESTRICT dst, int64_t i,
+                               void* HWY_RESTRICT stream_dst = nullptr) {
 #if HWY_TARGET == HWY_AVX2
   if constexpr (kT == DType::kBF16 && P == 2 && hn::MaxLanes(D()) == 8) {
     const DU32 du;
@@ -166,11 +210,32 @@ HWY_INLINE void StoreVectorsAs(D d, const hn::Vec<D>* v, void* HWY_RESTRICT dst,
                                                Bf16Bits(hn::BitCast(du, v[1])).raw);
     const __m256i ordered = _mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 1, 2, 0));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(dst) + i), ordered);
+    if (stream_dst != nullptr) {  // each half aligned as one vector's store (16 bytes), not the pair's 32
+      __m128i* to = reinterpret_cast<__m128i*>(static_cast<uint16_t*>(stream_dst) + i);
+      _mm_stream_si128(to, _mm256_castsi256_si128(ordered));
+      _mm_stream_si128(to + 1, _mm256_extracti128_si256(ordered, 1));
+    }
     return;
   }
 #endif
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  for (int p = 0; p < P; ++p) StoreVectorAs<kT>(d, v[p], dst, i + p * N);
+  if constexpr (kT != DType::kF32 && kRoundsInRegisters<kT> && kStreamableAs<kT>) {
+    const hn::Rebind<uint16_t, D> du16;
+    for (int p = 0; p < P; ++p) {
+      const auto bits = BitsAs<kT>(d, v[p]);
+      hn::StoreU(bits, du16, static_cast<uint16_t*>(dst) + i + p * N);
+      if (stream_dst != nullptr) hn::Stream(bits, du16, static_cast<uint16_t*>(stream_dst) + i + p * N);
+    }
+  } else {
+    for (int p = 0; p < P; ++p) {
+      StoreVectorAs<kT>(d, v[p], dst, i + p * N);
+      if constexpr (kStreamableAs<kT>) {
+        if (stream_dst != nullptr) StoreVectorAs<kT, true>(d, v[p], stream_dst, i + p * N);
+      } else {
+        HWY_DASSERT(stream_dst == nullptr);
+      }
+    }
+  }
 }
 
 // x stored as kT at element i of dst (round to nearest even).
@@ -193,13 +258,14 @@ HWY_INLINE void StoreRowAs(const float* HWY_RESTRICT src, int64_t n, void* HWY_R
   } else {
     const hn::ScalableTag<float> d;
     const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-    int64_t i = 0;
-    for (; i + 2 * N <= n; i += 2 * N) {
-      const hn::Vec<decltype(d)> pair[2] = {hn::LoadU(d, src + i), hn::LoadU(d, src + i + N)};
-      StoreVectorsAs<kT, 2>(d, pair, dst, i);
-    }
-    for (; i + N <= n; i += N) StoreVectorAs<kT>(d, hn::LoadU(d, src + i), dst, i);
-    for (; i < n; ++i) StoreElementAs<kT>(dst, i, src[i]);
+    const int64_t full = n - n % N;
+    ForStoreGroups<kT>(full, N, [&](int64_t i, auto vectors) {
+      constexpr int P = decltype(vectors)::value;
+      hn::Vec<decltype(d)> v[P];
+      for (int p = 0; p < P; ++p) v[p] = hn::LoadU(d, src + i + p * N);
+      StoreVectorsAs<kT, P>(d, v, dst, i);
+    });
+    for (int64_t i = full; i < n; ++i) StoreElementAs<kT>(dst, i, src[i]);
   }
 }
 

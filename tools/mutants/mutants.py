@@ -108,6 +108,12 @@ MUTANTS = [
     Mutant("kernels-bf16-pair-out-of-order", "src/kernels/load-inl.h",
            "_mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 1, 2, 0))",
            "_mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 2, 1, 0))", "Precision|Decode"),
+    Mutant("kernels-bf16-pair-stream-halves-swapped", "src/kernels/load-inl.h",
+           "_mm_stream_si128(to, _mm256_castsi256_si128(ordered));",
+           "_mm_stream_si128(to, _mm256_extracti128_si256(ordered, 1));", "Verify"),
+    Mutant("decode-verify-reads-back-unrounded", "src/decode/decode.cc",
+           "nacc[r] = hn::MulAdd(FromBitsAs<kT>(d, bits), vak1, nacc[r]);",
+           "nacc[r] = hn::MulAdd(s, vak1, nacc[r]);", "Verify"),
     # ---- src/core
     Mutant("core-threads-resolve", "src/core/threads.cc",
            "return requested > 0 ? requested : std::max(1, omp_get_max_threads());",
