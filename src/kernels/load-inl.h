@@ -43,26 +43,54 @@ HWY_INLINE void ForDType(DType t, const Fn& fn) {
 template <DType kT>
 constexpr int64_t kDTypeBytes = kT == DType::kF32 ? 4 : 2;
 
+// Whether a 16-bit kT converts in registers here (BitsAs, FromBitsAs): bf16
+// everywhere, f16 where F16C does it (elsewhere the portable converter goes
+// lane by lane through memory). True for f32, which needs no conversion.
+template <DType kT>
+constexpr bool kRoundsInRegisters = kT != DType::kF16 || HWY_TARGET <= HWY_AVX2;
+
+// The 16-bit lanes (f16 or bf16 bits, round to nearest even) that the lanes
+// of v round to as kT: what StoreVectorAs<kT> writes. A value that goes to
+// several places or is read back is rounded once (StoreRoundedAs below;
+// docs/SPEC.md 6b).
+template <DType kT, class D>
+HWY_INLINE hn::Vec<hn::Rebind<uint16_t, D>> BitsAs(D d, hn::Vec<D> v) {
+  static_assert(kT != DType::kF32 && kRoundsInRegisters<kT>, "16-bit dtypes rounded in registers only");
+  const hn::Rebind<uint16_t, D> du16;
+  if constexpr (kT == DType::kF16) {
+    return hn::BitCast(du16, hn::DemoteTo(hn::Rebind<hwy::float16_t, D>(), v));
+  } else {
+    // Bf16Bits: the rounding of F32ToBF16 (nearest even, NaN kept) in registers.
+    const VU32 bits = Bf16Bits(hn::BitCast(DU32(), v));  // < 2^16: the i32 demote is exact
+    (void)d;
+    return hn::DemoteTo(du16, hn::BitCast(DI32(), bits));
+  }
+}
+
+// The f32 value of 16-bit lanes of kT: what LoadVectorAs<kT> reads from them
+// (it is built on this), without a trip through memory.
+template <DType kT, class D>
+HWY_INLINE hn::Vec<D> FromBitsAs(D d, hn::Vec<hn::Rebind<uint16_t, D>> bits) {
+  static_assert(kT != DType::kF32 && kRoundsInRegisters<kT>, "16-bit dtypes rounded in registers only");
+  if constexpr (kT == DType::kF16) {
+    return hn::PromoteTo(d, hn::BitCast(hn::Rebind<hwy::float16_t, D>(), bits));
+  } else {
+    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(hn::RebindToUnsigned<D>(), bits)));
+  }
+}
+
 // Elements [i, i + lanes) of src as f32.
 template <DType kT, class D>
 HWY_INLINE hn::Vec<D> LoadVectorAs(D d, const void* HWY_RESTRICT src, int64_t i) {
   if constexpr (kT == DType::kF32) {
     return hn::LoadU(d, static_cast<const float*>(src) + i);
-  } else if constexpr (kT == DType::kBF16) {
-    const hn::Rebind<uint16_t, D> du16;
-    const hn::RebindToUnsigned<D> du32;
-    const auto wide = hn::PromoteTo(du32, hn::LoadU(du16, static_cast<const uint16_t*>(src) + i));
-    return hn::BitCast(d, hn::ShiftLeft<16>(wide));
+  } else if constexpr (kRoundsInRegisters<kT>) {
+    return FromBitsAs<kT>(d, hn::LoadU(hn::Rebind<uint16_t, D>(), static_cast<const uint16_t*>(src) + i));
   } else {
-#if HWY_TARGET <= HWY_AVX2
-    const hn::Rebind<hwy::float16_t, D> df16;
-    return hn::PromoteTo(d, hn::LoadU(df16, static_cast<const hwy::float16_t*>(src) + i));
-#else
     const uint16_t* bits = static_cast<const uint16_t*>(src) + i;  // no F16C: the portable converter
     HWY_ALIGN float lanes[hn::MaxLanes(d)];
     for (size_t l = 0; l < hn::Lanes(d); ++l) lanes[l] = F16ToF32(bits[l]);
     return hn::Load(d, lanes);
-#endif
   }
 }
 
@@ -111,41 +139,6 @@ constexpr bool kStreamableAs =
     (kT != DType::kF16 || HWY_TARGET <= HWY_AVX2) &&
     (HWY_TARGET == HWY_SCALAR || hn::MaxLanes(hn::ScalableTag<float>()) * kDTypeBytes<kT> >= 16);
 
-// Whether BitsAs<kT> rounds in registers here: f32 and bf16 everywhere, f16
-// where F16C converts it (elsewhere the portable converter goes lane by lane).
-template <DType kT>
-constexpr bool kRoundsInRegisters = kT != DType::kF16 || HWY_TARGET <= HWY_AVX2;
-
-// The 16-bit lanes (f16 or bf16 bits, round to nearest even) that the lanes
-// of v round to as kT: what StoreVectorAs<kT> writes. Where a value goes to
-// several places (a carry buffer and a streamed destination) or is read back,
-// it is rounded once (verify, docs/SPEC.md 6d.2).
-template <DType kT, class D>
-HWY_INLINE hn::Vec<hn::Rebind<uint16_t, D>> BitsAs(D d, hn::Vec<D> v) {
-  static_assert(kT != DType::kF32 && kRoundsInRegisters<kT>, "16-bit dtypes rounded in registers only");
-  const hn::Rebind<uint16_t, D> du16;
-  if constexpr (kT == DType::kF16) {
-    return hn::BitCast(du16, hn::DemoteTo(hn::Rebind<hwy::float16_t, D>(), v));
-  } else {
-    // Bf16Bits: the rounding of F32ToBF16 (nearest even, NaN kept) in registers.
-    const VU32 bits = Bf16Bits(hn::BitCast(DU32(), v));  // < 2^16: the i32 demote is exact
-    (void)d;
-    return hn::DemoteTo(du16, hn::BitCast(DI32(), bits));
-  }
-}
-
-// The f32 value of 16-bit lanes of kT: LoadVectorAs<kT> of them, bit for bit,
-// without the trip through memory.
-template <DType kT, class D>
-HWY_INLINE hn::Vec<D> FromBitsAs(D d, hn::Vec<hn::Rebind<uint16_t, D>> bits) {
-  static_assert(kT != DType::kF32 && kRoundsInRegisters<kT>, "16-bit dtypes rounded in registers only");
-  if constexpr (kT == DType::kF16) {
-    return hn::PromoteTo(d, hn::BitCast(hn::Rebind<hwy::float16_t, D>(), bits));
-  } else {
-    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(hn::RebindToUnsigned<D>(), bits)));
-  }
-}
-
 // The lanes of v stored as kT at element i of dst (round to nearest even).
 // kStream (only where kStreamableAs<kT>): a streaming store past the caches;
 // dst + i must then be aligned to the stored vector's bytes.
@@ -192,14 +185,41 @@ HWY_INLINE void ForStoreGroups(int64_t full, int64_t L, const F& f) {
   }
 }
 
-// P vectors v[0, P) stored as kT at elements i, i + Lanes(d), ... of dst:
-// StoreVectorAs P times, bit for bit. On AVX2 a bf16 pair shares one pack
-// and one lane permute, which a single vector needs as well (the 32-to-16-bit
-// pack works within 128-bit blocks); that is most of the bf16 store's cost on
-// cores that split 256-bit operations (AMD Zen 1: docs/SPEC.md 6b).
-// stream_dst (where kStreamableAs<kT>; else null): the same bits also
-// streamed to it at i (aligned as StoreVectorAs<kT, true> asks), from the
-// same rounding.
+// v stored as kT at element i of dst and, where stream_dst is not null (only
+// where kStreamableAs<kT>; aligned as StoreVectorAs<kT, true> asks), streamed
+// to stream_dst at i: one rounding for both. Returns the stored value as f32,
+// what LoadVectorAs<kT> would read back, from registers where the dtype
+// rounds there (docs/SPEC.md 6b: verify's next sums, layout vk).
+template <DType kT, class D>
+HWY_INLINE hn::Vec<D> StoreRoundedAs(D d, hn::Vec<D> v, void* HWY_RESTRICT dst, int64_t i,
+                                     void* HWY_RESTRICT stream_dst) {
+  if constexpr (!kStreamableAs<kT>) HWY_DASSERT(stream_dst == nullptr);
+  if constexpr (kT == DType::kF32) {
+    hn::StoreU(v, d, static_cast<float*>(dst) + i);
+    if constexpr (kStreamableAs<kT>) {
+      if (stream_dst != nullptr) hn::Stream(v, d, static_cast<float*>(stream_dst) + i);
+    }
+    return v;
+  } else if constexpr (kRoundsInRegisters<kT>) {
+    const hn::Rebind<uint16_t, D> du16;
+    const auto bits = BitsAs<kT>(d, v);
+    hn::StoreU(bits, du16, static_cast<uint16_t*>(dst) + i);
+    if constexpr (kStreamableAs<kT>) {
+      if (stream_dst != nullptr) hn::Stream(bits, du16, static_cast<uint16_t*>(stream_dst) + i);
+    }
+    return FromBitsAs<kT>(d, bits);
+  } else {
+    StoreVectorAs<kT>(d, v, dst, i);  // the portable converter: nothing to stream
+    return LoadVectorAs<kT>(d, dst, i);
+  }
+}
+
+// P vectors v[0, P) stored as kT at elements i, i + Lanes(d), ... of dst, and
+// streamed to stream_dst there where it is not null: StoreRoundedAs P times,
+// bit for bit. On AVX2 a bf16 pair shares one pack and one lane permute, which
+// a single vector needs as well (the 32-to-16-bit pack works within 128-bit
+// blocks); that is most of the bf16 store's cost on cores that split 256-bit
+// operations (AMD Zen 1: docs/SPEC.md 6b).
 template <DType kT, int P, class D>
 HWY_INLINE void StoreVectorsAs(D d, const hn::Vec<D>* v, void* HWY_RESTRICT dst, int64_t i,
                                void* HWY_RESTRICT stream_dst = nullptr) {
@@ -219,23 +239,7 @@ HWY_INLINE void StoreVectorsAs(D d, const hn::Vec<D>* v, void* HWY_RESTRICT dst,
   }
 #endif
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  if constexpr (kT != DType::kF32 && kRoundsInRegisters<kT> && kStreamableAs<kT>) {
-    const hn::Rebind<uint16_t, D> du16;
-    for (int p = 0; p < P; ++p) {
-      const auto bits = BitsAs<kT>(d, v[p]);
-      hn::StoreU(bits, du16, static_cast<uint16_t*>(dst) + i + p * N);
-      if (stream_dst != nullptr) hn::Stream(bits, du16, static_cast<uint16_t*>(stream_dst) + i + p * N);
-    }
-  } else {
-    for (int p = 0; p < P; ++p) {
-      StoreVectorAs<kT>(d, v[p], dst, i + p * N);
-      if constexpr (kStreamableAs<kT>) {
-        if (stream_dst != nullptr) StoreVectorAs<kT, true>(d, v[p], stream_dst, i + p * N);
-      } else {
-        HWY_DASSERT(stream_dst == nullptr);
-      }
-    }
-  }
+  for (int p = 0; p < P; ++p) StoreRoundedAs<kT>(d, v[p], dst, i + p * N, stream_dst);
 }
 
 // x stored as kT at element i of dst (round to nearest even).

@@ -112,8 +112,8 @@ MUTANTS = [
            "_mm_stream_si128(to, _mm256_castsi256_si128(ordered));",
            "_mm_stream_si128(to, _mm256_extracti128_si256(ordered, 1));", "Verify"),
     Mutant("decode-verify-reads-back-unrounded", "src/decode/decode.cc",
-           "nacc[r] = hn::MulAdd(FromBitsAs<kT>(d, bits), vak1, nacc[r]);",
-           "nacc[r] = hn::MulAdd(s, vak1, nacc[r]);", "Verify"),
+           "if (next) nacc[r] = hn::MulAdd(stored, vak1, nacc[r]);",
+           "if (next) nacc[r] = hn::MulAdd(s, vak1, nacc[r]);", "Verify"),
     # ---- src/core
     Mutant("core-threads-resolve", "src/core/threads.cc",
            "return requested > 0 ? requested : std::max(1, omp_get_max_threads());",
