@@ -296,8 +296,8 @@ HWY_INLINE void UpdateRowsKV(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t
       }
       if constexpr (kT == DType::kF32) {
         // The stream on its own line: handing it to StoreVectorsAs as for
-        // 16 bits made the single step ~5% slower from L2 (AMD Zen 1: GCC
-        // shapes the loop differently).
+        // 16 bits made the single step 4-8% slower from L2 (AMD Zen 1: GCC
+        // shapes the loop differently; docs/SPEC.md 6b).
         StoreVectorsAs<kT, P>(d, s, out_row[r], j);
         for (int p = 0; p < P; ++p) {
           if (stream_to != nullptr) StoreVectorAs<kT, true>(d, s[p], stream_to + (i0 + r) * Dv, j + p * L);

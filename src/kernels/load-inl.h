@@ -195,10 +195,9 @@ HWY_INLINE hn::Vec<D> StoreRoundedAs(D d, hn::Vec<D> v, void* HWY_RESTRICT dst, 
                                      void* HWY_RESTRICT stream_dst) {
   if constexpr (!kStreamableAs<kT>) HWY_DASSERT(stream_dst == nullptr);
   if constexpr (kT == DType::kF32) {
+    static_assert(kStreamableAs<kT>, "f32 vectors stream on every target");
     hn::StoreU(v, d, static_cast<float*>(dst) + i);
-    if constexpr (kStreamableAs<kT>) {
-      if (stream_dst != nullptr) hn::Stream(v, d, static_cast<float*>(stream_dst) + i);
-    }
+    if (stream_dst != nullptr) hn::Stream(v, d, static_cast<float*>(stream_dst) + i);
     return v;
   } else if constexpr (kRoundsInRegisters<kT>) {
     const hn::Rebind<uint16_t, D> du16;
