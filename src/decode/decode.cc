@@ -73,8 +73,8 @@ HWY_INLINE void PrefetchAhead(const void* p, int64_t bytes, int64_t distance = k
   for (int64_t off = 0; off < bytes; off += 64) hwy::Prefetch(b + off);
 }
 
-// Layout kv makes two passes over an item's head of `rows` rows: the sums,
-// then the update. The head after it in the pool (the same sequence's next
+// Layout kv (and layout vk's f32 step, StepHeadVK) makes two passes over an
+// item's head of `rows` rows: the sums, then the update. The head after it in the pool (the same sequence's next
 // value head, which this thread usually takes next) is fetched over both
 // passes, half in each: rows [j0, j0 + n) of pass p ask for its bytes
 // [(p rows + j0) b / 2, (p rows + j0 + n) b / 2), b the bytes of a row. So
@@ -96,13 +96,13 @@ struct HeadPrefetch {
 };
 
 // A block of rows of a head in layout vk, `bytes` from `rows`, about to be
-// read once and then updated from L1: its own lines kPrefetchBytes ahead
-// (for the first head of a sequence) and, for f32, the same rows of the head
-// after it in the pool (`head_bytes` on), which this thread usually takes
-// next, as HeadPrefetch does for layout kv: memory stays busy while the
-// block computes. That made the f32 step 4-7% faster on AMD Zen 1 (verify
-// 1-3%); a 16-bit step is bound by its conversions there, and the added
-// prefetches made bf16's 3% slower (docs/SPEC.md 6b).
+// read once and then updated from L1 (verify's blocks, a 16-bit pool's
+// single step): its own lines kPrefetchBytes ahead (for the first head of a
+// sequence) and, for f32, the same rows of the head after it in the pool
+// (`head_bytes` on), which this thread usually takes next, as HeadPrefetch
+// does for two passes: memory stays busy while the block computes (verify
+// 1-3% faster on AMD Zen 1). A 16-bit step is bound by its conversions
+// there, and the added prefetches made bf16's 3% slower (docs/SPEC.md 6b).
 template <DType kT>
 HWY_INLINE void PrefetchRowsVK(const void* rows, int64_t bytes, int64_t head_bytes) {
   PrefetchAhead(rows, bytes);
@@ -143,9 +143,9 @@ HWY_INLINE void WithRowLength(int64_t n, bool fixed, const F& f) {
 }
 
 // sums[r] = S_{j0 + r} . ak for rows [j0, j0 + R) of a head in layout vk
-// (rows of Dk), R rows interleaved: the first pass of a step (StepRowsVK)
-// and token 0's sums of a verify item (VerifyRowsVK), which must be the same
-// sums bit for bit (a verify token is a single step).
+// (rows of Dk), R rows interleaved: the first pass of a step (StepRowsVK,
+// StepHeadVK) and token 0's sums of a verify item (VerifyRowsVK), which
+// must be the same sums bit for bit (a verify token is a single step).
 template <DType kT, int R, class Len>
 HWY_INLINE void RowSumsVK(const PoolElem<kT>* HWY_RESTRICT S, int64_t j0, Len Dk, const float* HWY_RESTRICT ak,
                           float* HWY_RESTRICT sums) {
@@ -165,23 +165,18 @@ HWY_INLINE void RowSumsVK(const PoolElem<kT>* HWY_RESTRICT S, int64_t j0, Len Dk
   }
 }
 
-// Rows [j0, j0 + R) of a head in layout vk, R rows interleaved so their
+// Rows [j0, j0 + R) of a head in layout vk given each row's u = beta (v -
+// S^T (a k)): S = a S + k u^T, o = scale S^T q. R rows interleaved so their
 // independent dot products and reductions overlap (a single row's chain of
-// dot -> reduce -> update -> dot -> reduce is latency-bound).
-// The rows are read from `src` and the updated rows written to `dst`: the
-// same head (in place) or another one.
+// update -> dot -> reduce is latency-bound). The rows are read from `src` and
+// the updated rows written to `dst`: the same head (in place) or another one.
 // kPC (the per-channel gate, KDA): element i of every row decays by ac[i]
 // instead of by a; the same operations lane for lane, so channels that all
 // decay by a give the scalar gate's bits.
-// ak: the key times the decays (HeadTokens::decayed_k), for (a S)^T k = S^T (a k).
-// head_bytes: one head's bytes in the pool, the distance to the next head.
-// (Two passes over the whole head instead, as layout kv makes them, ran
-// f32 heads of Dk = 128 faster and 16-bit ones slower: docs/SPEC.md 6b.)
 template <DType kT, int R, bool kPC = false, class Len = int64_t>
-HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j0, Len Dk,
-                           const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT ak,
-                           const float* HWY_RESTRICT v, float beta, float a, const float* HWY_RESTRICT ac, float scale,
-                           float* HWY_RESTRICT o, int64_t head_bytes) {
+HWY_INLINE void UpdateRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j0, Len Dk,
+                             const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT u,
+                             float a, const float* HWY_RESTRICT ac, float scale, float* HWY_RESTRICT o) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t full = Dk - Dk % L;  // vector part; the rest is a scalar tail
@@ -192,11 +187,6 @@ HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j
     row[r] = src + (j0 + r) * Dk;
     out_row[r] = dst + (j0 + r) * Dk;
   }
-  PrefetchRowsVK<kT>(row[0], R * Dk * kDTypeBytes<kT>, head_bytes);
-  // u = beta (v - S^T (a k))
-  float u[R];
-  RowSumsVK<kT, R>(src, j0, Dk, ak, u);
-  for (int r = 0; r < R; ++r) u[r] = beta * (v[j0 + r] - u[r]);
   // S = a S + k u^T; o = scale S^T q, P vectors of a row at a time
   // (ForStoreGroups).
   hn::Vec<decltype(d)> vu[R], acc[R];
@@ -230,6 +220,23 @@ HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j
     }
     o[j0 + r] = scale * oq;
   }
+}
+
+// A single step on rows [j0, j0 + R) of a head in layout vk, read once and
+// then updated from L1: their sums (RowSumsVK), then their update. ak: the
+// key times the decays (HeadTokens::decayed_k), for (a S)^T k = S^T (a k).
+// head_bytes: one head's bytes in the pool, the distance to the next head.
+template <DType kT, int R, bool kPC = false, class Len = int64_t>
+HWY_INLINE void StepRowsVK(const PoolElem<kT>* src, PoolElem<kT>* dst, int64_t j0, Len Dk,
+                           const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT ak,
+                           const float* HWY_RESTRICT v, float beta, float a, const float* HWY_RESTRICT ac, float scale,
+                           float* HWY_RESTRICT o, int64_t head_bytes) {
+  PrefetchRowsVK<kT>(src + j0 * Dk, R * Dk * kDTypeBytes<kT>, head_bytes);
+  // u = beta (v - S^T (a k))
+  float u[R];
+  RowSumsVK<kT, R>(src, j0, Dk, ak, u);
+  for (int r = 0; r < R; ++r) u[r] = beta * (v[j0 + r] - u[r]);
+  UpdateRowsVK<kT, R, kPC>(src, dst, j0, Dk, q, k, u, a, ac, scale, o);
 }
 
 // Layout kv, first pass over rows [i0, i0 + R): acc += S_i^T (a_i k_i) for
@@ -380,8 +387,8 @@ HWY_INLINE void CopyOut(const void* HWY_RESTRICT from, void* HWY_RESTRICT to, in
 // and, where `next` is given, the next token's sums from the values just
 // stored (read back as stored: rounded to the pool's dtype) in the same pass.
 // That is the sum a separate pass would form, in the same order, so each
-// token is bit for bit a single step (StepRowsVK) with one pass over the rows
-// instead of two. `stream_to`: the destination rows, written in the same
+// token is bit for bit a single step (StepRowsVK, StepHeadVK) with one pass
+// over the rows instead of two. `stream_to`: the destination rows, written in the same
 // pass with streaming stores (aligned rows, no scalar tail), or null.
 // kPC: the per-channel gate, element i of the rows decays by h.decay_ch.
 template <DType kT, int R, bool kPC = false, class Len = int64_t>
@@ -443,7 +450,7 @@ HWY_INLINE void VerifyRowsVK(const HeadTokens& h, Len Dk, int64_t j0, bool strea
   const auto* src = static_cast<const PoolElem<kT>*>(h.src);
   auto* carry = static_cast<PoolElem<kT>*>(h.carry);
   PrefetchRowsVK<kT>(src + j0 * Dk, R * Dk * kDTypeBytes<kT>, h.Dv * h.Dk * kDTypeBytes<kT>);
-  // Token 0's sums S^T (a k) from the source, as StepRowsVK forms them.
+  // Token 0's sums S^T (a k) from the source, as a single step forms them.
   float sk[R];
   RowSumsVK<kT, R>(src, j0, Dk, h.decayed_k, sk);
   for (int64_t t = 0; t < h.K; ++t) {
@@ -469,18 +476,49 @@ HWY_INLINE bool StreamsRows(const HeadTokens& h, int64_t row) {
   return true;
 }
 
+// A single step on a whole head in layout vk in place, f32 pools: two passes
+// over the head as layout kv makes them, every row's sums, then every row's
+// update from L2, with the next head in the pool prefetched half during each
+// pass (HeadPrefetch). The read-only first pass keeps memory busier than
+// blocks of rows that are each read and then computed on: on AMD Zen 1 the
+// step ran 1.2x faster (docs/SPEC.md 6b). 16-bit pools keep the blocks
+// (StepRowsVK): their step is bound by its conversions, and reading each
+// block from L1 is then worth more (two passes ran them 9-13% slower). Each
+// row's operations and their order are those of StepRowsVK, so the bits are
+// the same and a verify token is still a single step.
+template <bool kPC, class Len>
+HWY_INLINE void StepHeadVK(const HeadTokens& h, float* S, Len Dk) {
+  const HeadPrefetch prefetch{S, h.Dv, Dk * kDTypeBytes<DType::kF32>};
+  ForRowBlocks(h.Dv, [&](int64_t j0, auto rows) {
+    prefetch.Rows(0, j0, rows.value);
+    RowSumsVK<DType::kF32, rows.value>(S, j0, Dk, h.decayed_k, h.u + j0);
+    for (int r = 0; r < rows.value; ++r) h.u[j0 + r] = h.beta[0] * (h.v[j0 + r] - h.u[j0 + r]);
+  });
+  ForRowBlocks(h.Dv, [&](int64_t j0, auto rows) {
+    prefetch.Rows(1, j0, rows.value);
+    UpdateRowsVK<DType::kF32, rows.value, kPC>(S, S, j0, Dk, h.q, h.k, h.u + j0, h.decay[0], h.decay_ch, h.scale,
+                                               h.o);
+  });
+}
+
 // An item's K tokens in layout vk (HeadTokens). A single step whose
-// destination is its source runs in place; otherwise each block of rows runs
-// all K tokens (VerifyRowsVK). kPC: the per-channel gate (h.decay_ch).
+// destination is its source runs in place: an f32 pool in two passes over
+// the head (StepHeadVK), a 16-bit one in blocks of rows (StepRowsVK).
+// Otherwise each block of rows runs all K tokens (VerifyRowsVK). kPC: the
+// per-channel gate (h.decay_ch).
 // Dk: h.Dk, as a constant where WithRowLength makes it one.
 template <DType kT, bool kPC, class Len>
 HWY_INLINE void StepTokensVK(const HeadTokens& h, Len Dk) {
   if (h.InPlace()) {
     auto* S = static_cast<PoolElem<kT>*>(h.dst[0]);
-    ForRowBlocks(h.Dv, [&](int64_t j0, auto rows) {
-      StepRowsVK<kT, rows.value, kPC>(S, S, j0, Dk, h.q, h.k, h.decayed_k, h.v, h.beta[0], h.decay[0], h.decay_ch,
-                                      h.scale, h.o, h.Dv * h.Dk * kDTypeBytes<kT>);
-    });
+    if constexpr (kT == DType::kF32) {
+      StepHeadVK<kPC>(h, S, Dk);
+    } else {
+      ForRowBlocks(h.Dv, [&](int64_t j0, auto rows) {
+        StepRowsVK<kT, rows.value, kPC>(S, S, j0, Dk, h.q, h.k, h.decayed_k, h.v, h.beta[0], h.decay[0],
+                                        h.decay_ch, h.scale, h.o, h.Dv * h.Dk * kDTypeBytes<kT>);
+      });
+    }
     return;
   }
   const bool stream = StreamsRows<kT>(h, h.Dk);

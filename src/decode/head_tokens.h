@@ -30,7 +30,7 @@ struct HeadTokens {
   void* const* dst = nullptr;     // [K]: where the state after token j goes (null: nowhere)
   void* carry = nullptr;          // Dk * Dv elements of the pool's dtype between tokens
   float* acc = nullptr;           // layout kv: Dv floats padded
-  float* u = nullptr;
+  float* u = nullptr;             // Dv floats padded: each value row's beta (v - S^T (a k))
   // Whether the kernels may take a row length of 128 as a compile-time
   // constant (decode.cc WithRowLength); false only in the tests that hold
   // those kernels to the run-time ones bit for bit.

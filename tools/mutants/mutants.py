@@ -114,6 +114,9 @@ MUTANTS = [
     Mutant("decode-verify-reads-back-unrounded", "src/decode/decode.cc",
            "if (next) nacc[r] = hn::MulAdd(stored, vak1, nacc[r]);",
            "if (next) nacc[r] = hn::MulAdd(s, vak1, nacc[r]);", "Verify"),
+    Mutant("decode-vk-two-pass-u-reassociated", "src/decode/decode.cc",
+           "h.u[j0 + r] = h.beta[0] * (h.v[j0 + r] - h.u[j0 + r]);",
+           "h.u[j0 + r] = h.beta[0] * h.v[j0 + r] - h.beta[0] * h.u[j0 + r];", "Verify"),
     # ---- src/core
     Mutant("core-threads-resolve", "src/core/threads.cc",
            "return requested > 0 ? requested : std::max(1, omp_get_max_threads());",
