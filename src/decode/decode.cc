@@ -127,6 +127,13 @@ HWY_INLINE void ForRowBlocks(int64_t n, const F& f) {
 template <DType kT>
 using PoolElem = std::conditional_t<kT == DType::kF32, float, uint16_t>;
 
+// One head of an item's state in a pool of dtype kT, in bytes: the distance
+// from a head to the next one in the pool.
+template <DType kT>
+HWY_INLINE int64_t HeadBytes(const HeadTokens& h) {
+  return h.Dk * h.Dv * kDTypeBytes<kT>;
+}
+
 // Layout vk's row length Dk is a template type Len: int64_t, or a
 // compile-time constant where it is 128 (Qwen3-Next's and Kimi Linear's key
 // head size; HeadTokens::fixed_row_length), so the row loops unroll fully
@@ -449,7 +456,7 @@ template <DType kT, int R, bool kPC = false, class Len = int64_t>
 HWY_INLINE void VerifyRowsVK(const HeadTokens& h, Len Dk, int64_t j0, bool stream) {
   const auto* src = static_cast<const PoolElem<kT>*>(h.src);
   auto* carry = static_cast<PoolElem<kT>*>(h.carry);
-  PrefetchRowsVK<kT>(src + j0 * Dk, R * Dk * kDTypeBytes<kT>, h.Dv * h.Dk * kDTypeBytes<kT>);
+  PrefetchRowsVK<kT>(src + j0 * Dk, R * Dk * kDTypeBytes<kT>, HeadBytes<kT>(h));
   // Token 0's sums S^T (a k) from the source, as a single step forms them.
   float sk[R];
   RowSumsVK<kT, R>(src, j0, Dk, h.decayed_k, sk);
@@ -516,7 +523,7 @@ HWY_INLINE void StepTokensVK(const HeadTokens& h, Len Dk) {
     } else {
       ForRowBlocks(h.Dv, [&](int64_t j0, auto rows) {
         StepRowsVK<kT, rows.value, kPC>(S, S, j0, Dk, h.q, h.k, h.decayed_k, h.v, h.beta[0], h.decay[0],
-                                        h.decay_ch, h.scale, h.o, h.Dv * h.Dk * kDTypeBytes<kT>);
+                                        h.decay_ch, h.scale, h.o, HeadBytes<kT>(h));
       });
     }
     return;
@@ -549,7 +556,7 @@ HWY_INLINE void StepTokensKV(const HeadTokens& h) {
   for (int64_t t = 0; t < h.K; ++t) {
     auto* to = static_cast<PoolElem<kT>*>(h.dst[t]);
     token(t, t == 0 ? src : carry, carry, stream ? to : nullptr);
-    if (to != nullptr && !stream) CopyOut(carry, to, h.Dk * h.Dv * kDTypeBytes<kT>);
+    if (to != nullptr && !stream) CopyOut(carry, to, HeadBytes<kT>(h));
   }
 }
 
