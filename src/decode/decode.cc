@@ -74,15 +74,16 @@ HWY_INLINE void PrefetchAhead(const void* p, int64_t bytes, int64_t distance = k
 }
 
 // Layout kv (and layout vk's f32 step, StepHeadVK) makes two passes over an
-// item's head of `rows` rows: the sums, then the update. The head after it in the pool (the same sequence's next
-// value head, which this thread usually takes next) is fetched over both
-// passes, half in each: rows [j0, j0 + n) of pass p ask for its bytes
-// [(p rows + j0) b / 2, (p rows + j0 + n) b / 2), b the bytes of a row. So
-// memory stays busy while either pass computes, and the next item's first
-// pass reads from L2 (with the next head fetched by the second pass alone,
-// the step ran 10% slower: docs/SPEC.md 6b). The first pass also asks for
-// its own rows kPrefetchBytes ahead, for a head that was not the one after
-// the previous item (the first head of a sequence).
+// item's head of `rows` rows: the sums, then the update. The head after it
+// in the pool (the same sequence's next value head, which this thread
+// usually takes next) is fetched over both passes, half in each: rows
+// [j0, j0 + n) of pass p ask for its bytes [(p rows + j0) b / 2,
+// (p rows + j0 + n) b / 2), b the bytes of a row. So memory stays busy while
+// either pass computes, and the next item's first pass reads from L2 (with
+// the next head fetched by the second pass alone, the step ran 10% slower:
+// docs/SPEC.md 6b). The first pass also asks for its own rows
+// kPrefetchBytes ahead, for a head that was not the one after the previous
+// item (the first head of a sequence).
 struct HeadPrefetch {
   const void* head = nullptr;
   int64_t rows = 0, row_bytes = 0;
@@ -395,8 +396,9 @@ HWY_INLINE void CopyOut(const void* HWY_RESTRICT from, void* HWY_RESTRICT to, in
 // stored (read back as stored: rounded to the pool's dtype) in the same pass.
 // That is the sum a separate pass would form, in the same order, so each
 // token is bit for bit a single step (StepRowsVK, StepHeadVK) with one pass
-// over the rows instead of two. `stream_to`: the destination rows, written in the same
-// pass with streaming stores (aligned rows, no scalar tail), or null.
+// over the rows instead of two. `stream_to`: the destination rows, written
+// in the same pass with streaming stores (aligned rows, no scalar tail), or
+// null.
 // kPC: the per-channel gate, element i of the rows decays by h.decay_ch.
 template <DType kT, int R, bool kPC = false, class Len = int64_t>
 HWY_INLINE void VerifyTokenRowsVK(const HeadTokens& h, Len Dk, int64_t t, int64_t j0, const PoolElem<kT>* from,
