@@ -426,7 +426,7 @@ def _chunk_into(q, k, v, g, beta, scale, initial_state, output_final_state, use_
     write them in place (an op's outputs may not alias its inputs)."""
     out, final_state = _buffer("out", out), _buffer("final_state", final_state)
     if out is None:  # only final_state= came: o is new, as without buffers
-        out = q.new_empty(tuple(q.shape[:2]) + tuple(v.shape[2:]))
+        out = _t.advise_huge_pages(q.new_empty(tuple(q.shape[:2]) + tuple(v.shape[2:])))
     if initial_state_indices is not None:
         _cgdr_api._no_final_buffer(final_state, output_final_state, pool=True)  # the pool op has no final_state
         ckpt = _ops["chunk_gated_delta_rule_pool_out"](q, k, v, g, beta, initial_state, initial_state_indices, out,

@@ -123,7 +123,7 @@ def chunk_gated_delta_rule_cpu(query, key, value, g, beta, initial_state, output
     offsets = _int32("cu_seqlens", cu_seqlens)
     slots = _int32("initial_state_indices", initial_state_indices)
     lens = offsets[1:] - offsets[:-1]
-    o = torch.empty(query.shape[:2] + value.shape[2:], dtype=query.dtype)
+    o = _t.advise_huge_pages(torch.empty(query.shape[:2] + value.shape[2:], dtype=query.dtype))
     with _vllm_name("initial_state_indices"):
         cgdr.chunk_gated_delta_rule_tnd(query[0], key[0], value[0], beta[0], initial_state, lens, g=g[0],
                                         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_layout="kv",

@@ -21,6 +21,7 @@
 
 #include "cgdr/cgdr.hpp"
 #include "bench/peak.h"
+#include "core/alloc.h"
 #include "cgdr/decode.hpp"
 #include "golden/compare.h"
 #include "golden/golden.h"
@@ -304,6 +305,12 @@ PYBIND11_MODULE(_cgdr, m) {
       },
       py::arg("threads"), py::arg("seconds") = 0.2,
       "The FP32 FMA peak (GFLOP/s) of `threads` threads at once, measured now (the bench's: SPEC 8's % of peak).");
+  m.def(
+      "advise_huge_pages",
+      [](uintptr_t address, size_t nbytes) { return cgdr::AdviseHugePages(reinterpret_cast<void*>(address), nbytes); },
+      py::arg("address"), py::arg("nbytes"),
+      "madvise(MADV_HUGEPAGE) on the whole pages of a new output buffer before its first touch; whether the kernel "
+      "took it (docs/python.md).");
   m.def("golden", &Golden, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("beta"), py::arg("g"),
         py::arg("initial_state"), py::arg("seq_lens"), py::arg("golden"), py::arg("benchmark"), py::arg("actual"),
         py::arg("scale"), py::arg("use_qk_l2norm"), py::arg("state_layout"), py::arg("threads"), py::arg("operands"),

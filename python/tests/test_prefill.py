@@ -203,3 +203,60 @@ def test_engine_changes_the_bits_of_bf16x3():
     runs = [cgdr.chunk_gated_delta_rule_tnd(q, k, v, beta, None, lens, g=g, algo="chunk64", precision="bf16x3",
                                             engine=e)[0] for e in ("vector", "amx-emu")]
     assert not np.array_equal(runs[0], runs[1])
+
+
+def _vm_flags(address):
+    """The VmFlags of the mapping that holds address (/proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if not head.endswith(":"):  # a mapping's first line: "lo-hi perms ..."
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+def _thp_available():
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return "[never]" not in f.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _thp_available(), reason="the kernel has no transparent huge pages")
+def test_new_large_outputs_are_advised_onto_huge_pages(monkeypatch):
+    """A new torch output of 64 MiB (a mapping of its own) is advised onto
+    transparent huge pages ('hg' in its VmFlags) before its first touch, and
+    not with CGDR_HUGE_PAGES=0 (torch alone advises nothing without
+    THP_MEM_ALLOC_ENABLE=1)."""
+    from cgdr import _tensors
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
+    n = 32 << 20  # bf16: 64 MiB, above glibc's largest mmap threshold (32 MiB)
+    assert "hg" in _vm_flags(_tensors.empty("torch", (n,), "bf16").data_ptr() + 4096)
+    monkeypatch.setenv("CGDR_HUGE_PAGES", "0")
+    assert "hg" not in _vm_flags(_tensors.empty("torch", (n,), "bf16").data_ptr() + 4096)
+
+
+def test_prefill_outputs_it_allocates_go_through_the_advice(monkeypatch):
+    """The torch out and final_state that a call allocates pass through
+    advise_huge_pages, by the plain path and by the ops' out= path; a
+    caller's buffer does not."""
+    from cgdr import _tensors
+    import cgdr.torch  # noqa: F401  (the ops)
+    seen = []
+    real = _tensors.advise_huge_pages
+    monkeypatch.setattr(_tensors, "advise_huge_pages", lambda x: seen.append(tuple(x.shape)) or real(x))
+    rng = np.random.default_rng(23)
+    T, H, HV = 20, 2, 4
+    x = packed_inputs(rng, T, H, HV, DK, DV, 1)
+    q, k, v, beta, g = (make("torch", "f32", x[n][None]) for n in ("q", "k", "v", "beta", "g"))
+    cgdr.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True)
+    assert sorted(seen) == [(1, HV, DK, DV), (1, T, HV, DV)]
+    fs = torch.empty(1, HV, DK, DV)
+    seen.clear()
+    cgdr.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True, final_state=fs)
+    assert seen == [(1, T, HV, DV)]

@@ -1,11 +1,21 @@
 #include "core/alloc.h"
 
+#include <sys/mman.h>
+
 #include <atomic>
+#include <cstdint>
 #include <cmath>
 #include <mutex>
 #include <utility>
 
 namespace cgdr {
+
+bool AdviseHugePages(void* p, size_t bytes) {
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + 4095) & ~uintptr_t{4095};
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes) & ~uintptr_t{4095};
+  return hi > lo && madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE) == 0;
+}
+
 namespace {
 
 // Successful allocations still allowed; negative: injection off. Atomic

@@ -1,11 +1,10 @@
 #include "core/synthetic.h"
 
-#include <sys/mman.h>
-
 #include <cmath>
 #include <cstdint>
 #include <random>
 
+#include "core/alloc.h"
 #include "core/dtype.h"
 
 namespace cgdr {
@@ -20,9 +19,7 @@ Bytes Alloc(int64_t n, DType t) {
   const size_t bytes = static_cast<size_t>(n) * DTypeSize(t);
   Bytes v;
   v.reserve(bytes);
-  const uintptr_t lo = (reinterpret_cast<uintptr_t>(v.data()) + 4095) & ~uintptr_t{4095};
-  const uintptr_t hi = (reinterpret_cast<uintptr_t>(v.data()) + bytes) & ~uintptr_t{4095};
-  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+  AdviseHugePages(v.data(), bytes);
   v.resize(bytes, 0);
   return v;
 }
