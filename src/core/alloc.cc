@@ -3,16 +3,17 @@
 #include <sys/mman.h>
 
 #include <atomic>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <mutex>
 #include <utility>
 
 namespace cgdr {
 
 bool AdviseHugePages(void* p, size_t bytes) {
-  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + 4095) & ~uintptr_t{4095};
-  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes) & ~uintptr_t{4095};
+  constexpr uintptr_t kPage = 4096;  // x86-64's base page: madvise takes whole ones
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + kPage - 1) & ~(kPage - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kPage - 1);
   return hi > lo && madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE) == 0;
 }
 
