@@ -180,6 +180,19 @@ def native_as(name, x, shape):
 HUGE_PAGE_MIN_BYTES = 4 << 20
 
 
+def env_switch(name, default):
+    """The on/off switch in environment variable `name`: True for "1", False
+    for "0", `default` where it is unset or empty; ValueError naming the
+    variable and its value for anything else, so that a misspelt switch
+    ("false", "off") is not read as the default without a word."""
+    value = os.environ.get(name, "")
+    if value == "":
+        return default
+    if value not in ("0", "1"):
+        raise ValueError(f"{name}: expected 0 (off) or 1 (on), got {value!r}")
+    return value == "1"
+
+
 def advise_huge_pages(x):
     """x, a new torch output cgdr allocated and has not touched yet, advised
     onto transparent huge pages (madvise MADV_HUGEPAGE on its whole pages)
@@ -188,8 +201,9 @@ def advise_huge_pages(x):
     prefill's 64 MiB `out` in cost ~20 ms of a 210 ms call (docs/python.md).
     Only a hint: where THP is off nothing changes. numpy advises its own
     large arrays (since 1.22), torch only under THP_MEM_ALLOC_ENABLE=1.
-    Returns x."""
-    if not is_torch(x) or os.environ.get("CGDR_HUGE_PAGES", "1") == "0":
+    Returns x; ValueError for a CGDR_HUGE_PAGES other than 0 or 1 (env_switch),
+    raised before the call writes anything."""
+    if not is_torch(x) or not env_switch("CGDR_HUGE_PAGES", True):
         return x
     nbytes = x.numel() * x.element_size()  # torch < 2.1 has no Tensor.nbytes
     if nbytes >= HUGE_PAGE_MIN_BYTES:

@@ -41,7 +41,6 @@ refuses goes to vLLM's own op (counted; logged once per op).
 import contextlib
 import inspect
 import logging
-import os
 import threading
 
 import torch
@@ -363,10 +362,10 @@ def uninstall():
 def register():
     """The vllm.general_plugins entry point: installs the drop-ins when
     CGDR_VLLM=1, does nothing otherwise. Never raises: a failure leaves vLLM's
-    own ops in place and is logged."""
-    if os.environ.get("CGDR_VLLM", "0") != "1":
-        return
+    own ops in place and is logged (a CGDR_VLLM other than 0 or 1 too)."""
     try:
+        if not _t.env_switch("CGDR_VLLM", False):
+            return
         install()
     except Exception as e:  # noqa: BLE001 - a plugin must never break the serving process
         _warn_once("install", "cgdr: not installed into vLLM (%s: %s); vLLM's own ops serve", type(e).__name__, e)

@@ -241,6 +241,26 @@ def test_new_large_outputs_are_advised_onto_huge_pages(monkeypatch):
     assert "hg" not in _vm_flags(_tensors.empty("torch", (n,), "bf16").data_ptr() + 4096)
 
 
+def test_huge_page_switch_takes_0_or_1_and_refuses_the_rest(monkeypatch):
+    """CGDR_HUGE_PAGES unset or empty keeps the advice on, 0 and 1 are read as
+    written, and any other value is a ValueError naming the variable and the
+    value, raised as the output is made (before the kernel writes it)."""
+    from cgdr import _tensors
+    for value, expected in (("", True), ("1", True), ("0", False)):
+        monkeypatch.setenv("CGDR_HUGE_PAGES", value)
+        assert _tensors.env_switch("CGDR_HUGE_PAGES", True) is expected
+    monkeypatch.delenv("CGDR_HUGE_PAGES")
+    assert _tensors.env_switch("CGDR_HUGE_PAGES", True) is True
+    for value in ("no", "false", "2", " 0"):
+        monkeypatch.setenv("CGDR_HUGE_PAGES", value)
+        with pytest.raises(ValueError, match=f"CGDR_HUGE_PAGES: expected 0 \\(off\\) or 1 \\(on\\), got '{value}'"):
+            _tensors.empty("torch", (8,), "f32")
+    x = packed_inputs(np.random.default_rng(5), 4, 1, 1, DK, DV, 1)
+    q, k, v, beta, g = (make("torch", "f32", x[n][None]) for n in ("q", "k", "v", "beta", "g"))
+    with pytest.raises(ValueError, match="CGDR_HUGE_PAGES"):
+        cgdr.chunk_gated_delta_rule(q, k, v, g, beta)
+
+
 def test_prefill_outputs_it_allocates_go_through_the_advice(monkeypatch):
     """The torch out and final_state that a call allocates pass through
     advise_huge_pages, by the plain path and by the ops' out= path; a

@@ -175,6 +175,18 @@ def test_off_unless_asked(plugin, monkeypatch):
     assert cv.installed() == []
 
 
+def test_a_misspelt_switch_is_logged_and_installs_nothing(plugin, monkeypatch, caplog):
+    """CGDR_VLLM=true is neither 0 nor 1: register() logs the value it did
+    not understand and leaves vLLM's ops alone (a plugin never raises)."""
+    monkeypatch.setenv("CGDR_VLLM", "true")
+    monkeypatch.setitem(sys.modules, "vllm._custom_ops", None)  # importing it would fail: it is never imported
+    monkeypatch.setattr(cv, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger="vllm.cgdr"):
+        cv.register()
+    assert cv.installed() == []
+    assert "not installed into vLLM" in caplog.text and "CGDR_VLLM: expected 0 (off) or 1 (on), got 'true'" in caplog.text
+
+
 def test_install_serves_and_hands_back(plugin, caplog):
     ops = stand_in()
     own = {n: getattr(ops, n) for n in DROP_INS}
