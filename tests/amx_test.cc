@@ -464,6 +464,35 @@ TEST(AmxPlan, HardwareWhereUsableElseTheVectorUnits) {
   SetAmxHardwareForTest(-1);
 }
 
+// Under algo auto the tiles run C = 32 and up, whatever the profile says: a
+// chunk of 16 fills half of a tile's 32-deep contraction. With the constants
+// `cgdr tune` fitted on an AMX Xeon (cheap state passes) the model alone
+// picked C = 16, 1.3x slower there than C = 32. Forced, C = 16 still runs.
+TEST(AmxPlan, TilesAreNotWeighedAtChunk16) {
+  MachineProfile tuned = DefaultProfile();
+  const int x3 = static_cast<int>(Precision::kBf16x3);
+  tuned.amx_fma_cost[x3] = 1.29;
+  tuned.amx_state_pass_cost[x3] = 3.0;
+  CaseSpec spec;
+  spec.Nk = 2;
+  spec.Nv = 4;
+  spec.Dk = spec.Dv = 128;
+  spec.dtype = DType::kBF16;
+  Options o;
+  o.engine = Engine::kAmxEmulated;  // the tile engine's cost model on any CPU
+  for (int t : {40, 512, 8192}) {
+    spec.lens = {t};
+    const Plan plan = PlanFor(spec, o, tuned);
+    EXPECT_EQ(plan.engine, Engine::kAmxEmulated) << PlanToString(plan);
+    EXPECT_GE(plan.chunk, 32) << PlanToString(plan);
+    EXPECT_EQ(PlanToString(plan).find("C16="), std::string::npos) << PlanToString(plan);
+  }
+  o.algo = Algo::kChunk16;
+  const Plan forced = PlanFor(spec, o, tuned);
+  EXPECT_EQ(forced.engine, Engine::kAmxEmulated) << PlanToString(forced);
+  EXPECT_EQ(forced.chunk, 16) << PlanToString(forced);
+}
+
 TEST(AmxPlan, NamesParse) {
   for (Engine e : {Engine::kAuto, Engine::kVector, Engine::kAmx, Engine::kAmxEmulated}) {
     Engine parsed = Engine::kVector;

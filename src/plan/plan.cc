@@ -179,12 +179,18 @@ std::vector<Mode> ChunkedModes(const Problem& p) {
 }
 
 // Chunk sizes the planner weighs on an engine: the tiles amortise their
-// per-chunk passes over the state over longer chunks. With checkpoints
+// per-chunk passes over the state over longer chunks, and they are never
+// weighed at C = 16 (a caller may still force it): a tile's contraction is 32
+// bf16 deep, so the products over a chunk's tokens (the state update, A X,
+// P Vnew) would multiply half zeros, and the state is split twice as often.
+// `cgdr tune` fits the AMX constants at C = 32, 64, 128 only; extrapolated to
+// C = 16 they made auto pick it, which ran 1.26-1.35x slower than C = 32 on
+// tiles (docs/SPEC.md 6c). With checkpoints
 // (docs/SPEC.md 6d), the sizes that divide checkpoint_every where there are
 // any: each checkpoint then ends a chunk of full length, and equals the final
 // state of a prefill of that prefix bit for bit.
 std::vector<int> ChunkSizes(Engine e, int64_t checkpoint_every) {
-  std::vector<int> sizes = IsTileEngine(e) ? std::vector<int>{128, 64, 32, 16} : std::vector<int>{64, 32, 16};
+  std::vector<int> sizes = IsTileEngine(e) ? std::vector<int>{128, 64, 32} : std::vector<int>{64, 32, 16};
   if (checkpoint_every <= 0) return sizes;
   std::vector<int> aligned;
   for (int c : sizes) {
