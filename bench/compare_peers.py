@@ -129,11 +129,11 @@ def plan_label(build_dir, t, threads, precision):
             f"(profile: {profile.group(1) if profile else 'built-in defaults'})")
 
 
-def peers(torch, cgdr, inputs, threads, amx, labels=None):
+def peers(torch, cgdr, inputs, threads, amx, labels):
     """[(key, label, version, callable returning (out, final state))] for the
     peers that load here, and [(label, reason)] for those that do not.
     labels: on AMX, {precision: label} of the rows the plan chooses for
-    (plan_label)."""
+    (plan_label, "auto" and "bf16")."""
     q, k, v, g, beta, s0 = inputs
     group = NV // NK
     qx, kx = q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2)
@@ -149,14 +149,13 @@ def peers(torch, cgdr, inputs, threads, amx, labels=None):
     # precision auto is fp32 on a CPU without AMX; where it has AMX, auto may pick bf16x3 on the tiles
     ok.append(("cgdr", "cgdr (precision fp32)" if amx else "cgdr (precision auto: fp32 here)",
                cgdr.__version__, cgdr_run("fp32" if amx else "auto")))
-    labels = labels or {}
     if amx:  # what the plan picks here: fp32 under the built-in profile, bf16x3 on tiles after a `cgdr tune` that finds them faster
-        ok.append(("cgdr_auto", labels.get("auto", "cgdr, precision auto"), cgdr.__version__, cgdr_run("auto")))
+        ok.append(("cgdr_auto", labels["auto"], cgdr.__version__, cgdr_run("auto")))
     # On the vector units the plan gives bf16 the recurrence (C = 1, FP32 products), as bf16 products
     # are slower there; C = 16 forced shows the mode's own speed and numerics. On AMX the plan gives it
     # the tiles, at C = 32 or more (a tile's contraction is 32 deep: C = 16 would be their slowest).
     if amx:
-        ok.append(("cgdr_bf16", labels.get("bf16", "cgdr, precision bf16"), cgdr.__version__, cgdr_run("bf16")))
+        ok.append(("cgdr_bf16", labels["bf16"], cgdr.__version__, cgdr_run("bf16")))
     else:
         ok.append(("cgdr_bf16", "cgdr, precision bf16 (C = 16 forced)", cgdr.__version__, cgdr_run("bf16", "chunk16")))
 
@@ -264,7 +263,7 @@ def main():
     shape = types.SimpleNamespace(b=1, h=NK, hv=NV, dk=D, dv=D, dtype="bf16", seed=a.seed)
     inputs = make_inputs(torch, shape, a.t)
     amx = has_amx()
-    labels = {p: plan_label(a.build_dir, a.t, threads, p) for p in ("auto", "bf16")} if amx else None
+    labels = {p: plan_label(a.build_dir, a.t, threads, p) for p in ("auto", "bf16")} if amx else {}
     ok, missing = peers(torch, cgdr, inputs, threads, amx, labels)
 
     # Probe each once (a peer that fails on these inputs is reported, not timed), and
