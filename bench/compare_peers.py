@@ -42,6 +42,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 import types
@@ -119,7 +120,6 @@ def plan_label(build_dir, t, threads, precision):
     cli = Path(build_dir or "") / "cgdr"
     if not build_dir or not cli.exists():
         return f"cgdr, precision {precision}"
-    import subprocess
     plan = subprocess.run([str(cli), "plan", "--t", str(t), "--nk", str(NK), "--nv", str(NV), "--dk", str(D),
                            "--dv", str(D), "--threads", str(threads), "--dtype", "bf16", "--precision", precision],
                           capture_output=True, text=True, check=True).stdout
