@@ -210,14 +210,11 @@ CaseSpec OddSpec(DType dt) {
   return s;
 }
 
-// precision_test's tolerances: bf16x3/bf16x4 within twice SPEC 6's limit;
-// bf16 (operands of 8 significant bits) 1.5e-2.
-double Tolerance(Precision p, double limit) { return p == Precision::kBf16 ? std::max(1.5e-2, 2.0 * limit) : 2.0 * limit; }
-
+// The tile modes' tolerances: ModeTolerance (test_util.h).
 void ExpectAccurate(Case& c, Options opt, const std::string& what) {
   const Errors e = RunAndCompare(c, opt);
-  EXPECT_LE(e.out, Tolerance(opt.precision, e.out_limit)) << what;
-  EXPECT_LE(e.state, Tolerance(opt.precision, e.state_limit)) << what;
+  EXPECT_LE(e.out, ModeTolerance(opt.precision, e.out_limit)) << what;
+  EXPECT_LE(e.state, ModeTolerance(opt.precision, e.state_limit)) << what;
 }
 
 class EmulatedEngine : public ::testing::TestWithParam<Precision> {};

@@ -463,13 +463,6 @@ FrontEnd C() {
 
 // ---- the checks --------------------------------------------------------------
 
-// SPEC 6 and 6c: the limit for the output dtype, twice it for the split
-// modes, 1.5e-2 for bf16 (8 significant bits per operand).
-double Tolerance(Precision p, double limit) {
-  if (p == Precision::kBf16) return std::max(1.5e-2, 2.0 * limit);
-  return p == Precision::kBf16x3 || p == Precision::kBf16x4 ? 2.0 * limit : limit;
-}
-
 // out and final_state of a prefill that ran with `opt` against FP64.
 void ExpectPrefillMatchesReference(Case& c, const Options& opt) {
   Problem p;
@@ -478,11 +471,11 @@ void ExpectPrefillMatchesReference(Case& c, const Options& opt) {
   ReferenceResult ref;
   ReferenceRun(c.inputs(), p, &ref);
   const Outputs o = c.outputs();
-  EXPECT_LE(RelativeError(o.out, ref.out, p.Nv), Tolerance(opt.precision, testing::Spec6Limit(ref.out, o.out.dtype)))
+  EXPECT_LE(RelativeError(o.out, ref.out, p.Nv), testing::ModeTolerance(opt.precision, testing::Spec6Limit(ref.out, o.out.dtype)))
       << "out";
   if (o.final_state.present()) {
     EXPECT_LE(RelativeError(o.final_state, ref.final_state, p.Nv),
-              Tolerance(opt.precision, testing::Spec6Limit(ref.final_state, o.final_state.dtype)))
+              testing::ModeTolerance(opt.precision, testing::Spec6Limit(ref.final_state, o.final_state.dtype)))
         << "final_state";
   }
 }

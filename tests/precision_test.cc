@@ -33,18 +33,6 @@ namespace {
 constexpr Precision kModes[] = {Precision::kFp32, Precision::kBf16, Precision::kBf16x3, Precision::kBf16x4};
 constexpr Algo kChunked[] = {Algo::kChunk16, Algo::kChunk32, Algo::kChunk64};
 
-// `limit`: SPEC 6's limit for the output dtype (2e-5 for f32; for bf16 outputs
-// twice the error of rounding the FP64 answer to bf16, plus 2e-5).
-double Tolerance(Precision p, double limit = 2e-5) {
-  switch (p) {
-    case Precision::kFp32: return limit;
-    case Precision::kBf16x3:
-    case Precision::kBf16x4:
-    case Precision::kAuto: return 2.0 * limit;
-    case Precision::kBf16: return std::max(1.5e-2, 2.0 * limit);
-  }
-  return 0.0;
-}
 
 CaseSpec OddSpec(DType dt) {
   CaseSpec s;
@@ -101,16 +89,9 @@ TEST_P(PrecisionAccuracy, EveryTargetEveryChunkedAlgoOddShapes) {
       const Errors fp32 = RunAndCompare(c, opt);
       opt.precision = p;
       const Errors e = p == Precision::kFp32 ? fp32 : RunAndCompare(c, opt);
-      // Tolerance of the mode over SPEC 6's limit for the stored dtype
-      // (out is bf16 for bf16 inputs; the state is f32).
-      const std::string what = target + " " + AlgoName(a) + " " + PrecisionName(p) + " " + DTypeName(dt);
-      EXPECT_LE(e.out, Tolerance(p, e.out_limit)) << what;
-      EXPECT_LE(e.state, Tolerance(p, e.state_limit)) << what;
-      if (p == Precision::kBf16x3 || p == Precision::kBf16x4) {
-        // Compensated: within 2x of fp32's own error (floor: the fp32 tolerance, for exact-ish cases).
-        EXPECT_LE(e.out, std::max(2.0 * fp32.out, Tolerance(Precision::kFp32, e.out_limit))) << what;
-        EXPECT_LE(e.state, std::max(2.0 * fp32.state, Tolerance(Precision::kFp32, e.state_limit))) << what;
-      }
+      // The mode's tolerance over SPEC 6's limit for the stored dtype (out
+      // is bf16 for bf16 inputs; the state is f32).
+      ExpectWithinModeBounds(e, fp32, p, target + " " + AlgoName(a) + " " + PrecisionName(p) + " " + DTypeName(dt));
     };
     if (dt == DType::kF32) {
       ForEachTarget([&](const std::string& target) {
@@ -141,8 +122,8 @@ TEST(Precision, EveryModeWithStateRowBlocks) {
       opt.precision = p;
       const Errors e = RunAndCompare(c, opt);
       const std::string what = std::string(AlgoName(a)) + " " + PrecisionName(p);
-      EXPECT_LE(e.out, Tolerance(p, e.out_limit)) << what;
-      EXPECT_LE(e.state, Tolerance(p, e.state_limit)) << what;
+      EXPECT_LE(e.out, ModeTolerance(p, e.out_limit)) << what;
+      EXPECT_LE(e.state, ModeTolerance(p, e.state_limit)) << what;
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <hwy/targets.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/cpu_features.h"
@@ -36,6 +37,27 @@ Errors RunAndCompare(Case& c, const Options& opt) {
     e.state_limit = Spec6Limit(ref.final_state, out.final_state.dtype);
   }
   return e;
+}
+
+double ModeTolerance(Precision p, double limit) {
+  switch (p) {
+    case Precision::kFp32: return limit;
+    case Precision::kBf16x3:
+    case Precision::kBf16x4:
+    case Precision::kAuto: return 2.0 * limit;
+    case Precision::kBf16: return std::max(1.5e-2, 2.0 * limit);
+  }
+  return 0.0;
+}
+
+void ExpectWithinModeBounds(const Errors& got, const Errors& fp32, Precision p, const std::string& what) {
+  EXPECT_LE(got.out, ModeTolerance(p, got.out_limit)) << what << " out";
+  EXPECT_LE(got.state, ModeTolerance(p, got.state_limit)) << what << " final_state";
+  if (p == Precision::kBf16x3 || p == Precision::kBf16x4) {
+    EXPECT_LE(got.out, std::max(2.0 * fp32.out, ModeTolerance(Precision::kFp32, got.out_limit))) << what << " out";
+    EXPECT_LE(got.state, std::max(2.0 * fp32.state, ModeTolerance(Precision::kFp32, got.state_limit)))
+        << what << " final_state";
+  }
 }
 
 void ForEachTarget(const std::function<void(const std::string&)>& fn) {

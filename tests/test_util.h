@@ -23,6 +23,17 @@ double Spec6Limit(const std::vector<double>& ref, DType t);
 // Runs the case with `opt` (must succeed) and measures it against FP64.
 Errors RunAndCompare(Case& c, const Options& opt);
 
+// A precision mode's tolerance over SPEC 6's `limit` for the output dtype
+// (docs/SPEC.md 6c): fp32 the limit itself, bf16x3 / bf16x4 (and auto, which
+// may be either) twice it, bf16 (8 significant bits per operand) at least
+// 1.5e-2.
+double ModeTolerance(Precision p, double limit);
+
+// `got` (run in mode p) within ModeTolerance, and for the split modes also
+// within twice `fp32`'s error (the same case in fp32; floor: fp32's
+// tolerance, for cases near exact).
+void ExpectWithinModeBounds(const Errors& got, const Errors& fp32, Precision p, const std::string& what);
+
 // Calls fn once per SIMD target compiled in and supported by this CPU, with
 // dispatch forced to it; restores normal dispatch afterwards.
 void ForEachTarget(const std::function<void(const std::string& target)>& fn);
