@@ -92,10 +92,6 @@ Options ReadOptions(ByteReader& r, const CaseSpec& s) {
   // The AMX engine's numerics on any machine (the emulation), and the
   // hardware where the CPU has it (auto, amx).
   o.engine = r.Pick<Engine>({Engine::kAuto, Engine::kVector, Engine::kAmx, Engine::kAmxEmulated, Engine::kAmxEmulated});
-  if (s.per_channel_gate) {  // KDA has fp32 vector products only (others are refused by name: kda_test)
-    if (o.precision != Precision::kAuto) o.precision = Precision::kFp32;
-    if (o.engine != Engine::kAuto) o.engine = Engine::kVector;
-  }
   return o;
 }
 

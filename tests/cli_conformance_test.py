@@ -321,7 +321,8 @@ PLAN_BASE = ["--t", "100", "--nk", "2", "--nv", "4", "--dk", "40", "--dv", "24",
 PLAN_ROWS = [("--t", "1000", "T", "1000"), ("--nk", "1", "Nk", "1"), ("--nv", "8", "Nv", "8"), ("--dk", "100", "Dk", "100"),
              ("--dv", "72", "Dv", "72"), ("--b", "3", "B", "3"), ("--threads", "5", "threads", "5"),
              ("--dtype", "bf16", "dtype", "bf16"), ("--algo", "chunk32", "chunk", "32"),
-             ("--precision", "bf16x4", "precision", "bf16x4"), ("--engine", "amx-emu", "engine", "amx-emu")]
+             ("--precision", "bf16x4", "precision", "bf16x4"), ("--engine", "amx-emu", "engine", "amx-emu"),
+             ("--per-channel-gate", None, "gate", "per-channel")]
 
 
 # ------------------------------------------------------------ the tests
@@ -481,7 +482,7 @@ def test_plan_flag(flag, value, field, shown):
     if flag in args:
         args[args.index(flag) + 1] = value
     else:
-        args += [flag, value]
+        args += [flag] + ([] if value is None else [value])  # None: a switch
     p = cgdr("plan", *args)
     assert p.returncode == 0, p.stderr
     assert plan_line(p)[field] == shown

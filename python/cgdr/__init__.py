@@ -528,8 +528,9 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     cgdr's keyword-only options (state_layout, threads, algo, check_values,
     precision, engine, v_step, dk_bucket, initial_state_indices,
     state_slot_stride, checkpoint_every, qk_l2norm_eps, out, final_state):
-    as chunk_gated_delta_rule. The per-channel gate runs FP32 products
-    (precision "auto" resolves to "fp32").
+    as chunk_gated_delta_rule; precision and engine apply as for the scalar
+    gate, except that with both "auto" KDA runs "fp32" on the vector units
+    (docs/SPEC.md 10.4: its AMX tile path is not yet timed).
     """
     layout = _fla_layout(state_v_first, state_layout, fla_kwargs)
     scale2 = _kda_options("chunk_kda", use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound,

@@ -101,6 +101,20 @@ def test_16_bit_inputs(dtype):
     check(o, s, ro, rs, {torch.bfloat16: "bf16", torch.float16: "f16"}[dtype])
 
 
+@pytest.mark.parametrize("precision,engine", [("bf16x3", "amx-emu"), ("bf16x4", "vector"), ("auto", "amx-emu")])
+def test_precision_modes_and_the_tile_engine(precision, engine):
+    """The modes of SPEC 6c reach KDA on both engines (SPEC 10.4): bf16
+    inputs within their rounding, as fp32, and a result of their own."""
+    q, k, v, g, beta, h0 = make(1, 70, 2, 4, 40, 24, seed=8)
+    q, k, v, beta, g = (x.to(torch.bfloat16) for x in (q, k, v, beta, g))
+    o, s = cgdr.chunk_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True, algo="chunk32",
+                          precision=precision, engine=engine)
+    check(o, s, *reference(q, k, v, g, beta, h0), "bf16")
+    o32, s32 = cgdr.chunk_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True, algo="chunk32",
+                              precision="fp32")
+    assert not torch.equal(s, s32)  # the mode's products, not fp32's
+
+
 def test_numpy_arrays():
     q, k, v, g, beta, h0 = make(2, 21, 1, 2, 17, 9, seed=6)
     o, s = cgdr.chunk_kda(*(x.numpy() for x in (q, k, v, g, beta)), initial_state=h0.numpy(),

@@ -197,10 +197,28 @@ void ValueHeadOperands(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t
   // A = (I + L)^-1 and P, lower triangular: nothing right of the diagonal read.
   PackA<Cvt>(base + L.attn, L.c_pad, n, n, true, nullptr, m_tiles, kc, attn, LoPlane(attn, L.amx_cc_plane, prec), L.c_pad, fa);
   PackA<Cvt>(base + L.qk, L.c_pad, n, n, true, nullptr, m_tiles, kc, p, LoPlane(p, L.amx_cc_plane, prec), L.c_pad, fp);
-  // The update's A: K^T with column c times e^(G_last - G_c).
-  PackA<Cvt>(base + L.kt, L.c_pad, L.dk_pad, n, false, cv.eGl, L.dk_pad / kTileRows, kc, kt,
-             LoPlane(kt, L.amx_kta_plane, prec), L.dk_pad, fk);
   LoPlanes& lo = Flags(L, base);
+  if (L.kda) {
+    // The per-channel gate (docs/SPEC.md 10.4): X's and O's A operands are
+    // this value head's K e^G and Q e^G (in the key head's operand buffers,
+    // which KDA's key-head stage leaves unused), and the update's is
+    // (K e^(G_last - G))^T, transposed in FP32 first, with no column factor.
+    const int64_t kd = L.amx_dk / kAmxK, plane = L.amx_cd_plane;
+    uint32_t* ka = Words(base, L.amx_ka);
+    uint32_t* qa = Words(base, L.amx_qa);
+    PackFlags fka, fqa;
+    PackA<Cvt>(base + L.kda_k, L.dk_pad, n, L.dk_pad, false, nullptr, m_tiles, kd, ka, LoPlane(ka, plane, prec),
+               L.c_pad, fka);
+    PackA<Cvt>(base + L.kda_q, L.dk_pad, n, L.dk_pad, false, nullptr, m_tiles, kd, qa, LoPlane(qa, plane, prec),
+               L.c_pad, fqa);
+    lo.k = fka.AnyLo();
+    lo.q = fqa.AnyLo();
+    TransposeRows(base + L.kda_kf, L.dk_pad, n, L.c_pad, base + L.kt);
+  }
+  // The update's A: K^T with column c times e^(G_last - G_c) (per channel:
+  // the factors are in the rows already).
+  PackA<Cvt>(base + L.kt, L.c_pad, L.dk_pad, n, false, L.kda ? nullptr : cv.eGl, L.dk_pad / kTileRows, kc, kt,
+             LoPlane(kt, L.amx_kta_plane, prec), L.dk_pad, fk);
   lo.attn = fa.AnyLo();
   lo.p = fp.AnyLo();
   lo.kt_a = fk.AnyLo();
@@ -224,13 +242,14 @@ void VSideOnTiles(const ScratchLayout& L, float* HWY_RESTRICT base, float* HWY_R
   float* o = base + L.o;
 
   // S as the B operand of X and O, split once per chunk, and in the same
-  // pass scaled by e^(G_last) in place, where the update's tiles accumulate.
+  // pass scaled by e^(G_last) in place, where the update's tiles accumulate
+  // (per channel: row i of S by e^(G_last,i), KdaOperands' state decay).
   uint32_t* sb = Words(base, L.amx_s);
   PackFlags fs;
   {
     CGDR_PHASE(kAmxStateSplit);
     PackB<Cvt, true, false>(state, ld, L.dk_pad, n_tiles, kd, sb, LoPlane(sb, L.amx_s_plane, prec), L.amx_dk / 2, fs,
-                            cv.eG[n - 1]);
+                            L.kda ? 1.0f : cv.eG[n - 1], KdaOperands::Of(L, base).state_decay);
   }
   const TileB s_b = OperandB(sb, L.amx_s_plane, fs.AnyLo(), L.amx_dk / 2);
 

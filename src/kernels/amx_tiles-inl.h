@@ -560,16 +560,17 @@ HWY_INLINE void PackA(const float* HWY_RESTRICT src, int64_t ld, int64_t rows, i
 
 // B from FP32 rows (row r at src + r * ld, 16 columns per column tile):
 // B[r][c] = src row r for r < rows, zero up to k_tiles k tiles; n_tiles
-// column tiles. kDecay: each row read is then stored back times `decay`
-// (the state: split for X and O, then scaled for the update, in one pass).
-// kNote: the values go through PackFlags::Note.
+// column tiles. kDecay: each row read is then stored back times `decay`,
+// or times row_decay[r] where that is given (the state: split for X and O,
+// then scaled for the update, in one pass; row_decay: KDA's decay per key
+// channel, docs/SPEC.md 10). kNote: the values go through PackFlags::Note.
 template <class Cvt, bool kDecay = false, bool kNote = true>
 HWY_INLINE void PackB(float* HWY_RESTRICT src, int64_t ld, int64_t rows, int64_t n_tiles, int64_t k_tiles,
                       uint32_t* HWY_RESTRICT hi, uint32_t* HWY_RESTRICT lo, int64_t kp_alloc, PackFlags& f,
-                      float decay = 1.0f) {
+                      float decay = 1.0f, const float* HWY_RESTRICT row_decay = nullptr) {
   const DBF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const auto vdecay = hn::Set(d, decay);
+  const auto decay_of = [&](int64_t r) { return hn::Set(d, row_decay ? row_decay[r] : decay); };
   // Column tile by column tile: each tile's words are written in order (by
   // rows of pairs, the planes' 2 x n_tiles tiles would be written 64 bytes
   // at a time, 4 KiB apart).
@@ -588,8 +589,8 @@ HWY_INLINE void PackB(float* HWY_RESTRICT src, int64_t ld, int64_t rows, int64_t
           f.Note(x1);
         }
         if constexpr (kDecay) {
-          if (r0) hn::StoreU(hn::Mul(vdecay, x0), d, r0 + c);
-          if (r1) hn::StoreU(hn::Mul(vdecay, x1), d, r1 + c);
+          if (r0) hn::StoreU(hn::Mul(decay_of(2 * p), x0), d, r0 + c);
+          if (r1) hn::StoreU(hn::Mul(decay_of(2 * p + 1), x1), d, r1 + c);
         }
       }
     }

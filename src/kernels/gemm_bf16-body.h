@@ -98,7 +98,7 @@ template <int R, int NV>
 HWY_INLINE void PackedTile(const PackedJob& job, int64_t r0, int64_t c0) {
   const DBF d;
   hn::Vec<DBF> acc[R][NV];
-  InitTile(d, job.c_init, job.ld_init, job.alpha, nullptr, r0, c0, acc);
+  InitTile(d, job.c_init, job.ld_init, job.alpha, job.row_alpha, r0, c0, acc);
   for (int si = 0; si < job.segments; ++si) {
     const PackedSeg& s = job.seg[si];
     if (s.a_has_lo && s.b_has_lo) {

@@ -51,6 +51,7 @@ struct PackedJob {
   const float* c_init = nullptr;
   int64_t ld_init = 0;
   float alpha = 1.0f;
+  const float* row_alpha = nullptr;  // GemmJob::row_alpha (KDA's per-channel state decay)
   PackedSeg seg[2];
   int segments = 1;
   bool lower_result = false;
@@ -113,12 +114,11 @@ HWY_INLINE void RunPackedJob(const PackedJob& pj) {
 // job as for Gemm(); `pack` is ScratchLayout::pack (8 parts of `part` words).
 HWY_NOINLINE void GemmBf16(const GemmJob& job, Precision prec, uint32_t* HWY_RESTRICT pack, int64_t part) {
   const bool split = prec != Precision::kBf16;
-  HWY_ASSERT(job.row_alpha == nullptr);  // per-row decays are KDA's, which the plan runs in FP32 only (CheckPlan)
   // The packed kernel has no tile hook: the product's lines at its start.
   if (job.prefetch) job.prefetch->Credit(job.rows * job.cols * job.KSum());
   PackedJob pj;
   pj.rows = job.rows; pj.cols = job.cols; pj.c = job.c; pj.ldc = job.ldc;
-  pj.c_init = job.c_init; pj.ld_init = job.ld_init; pj.alpha = job.alpha;
+  pj.c_init = job.c_init; pj.ld_init = job.ld_init; pj.alpha = job.alpha; pj.row_alpha = job.row_alpha;
   pj.segments = job.segments; pj.lower_result = job.lower_result;
   pj.lolo = prec == Precision::kBf16x4;
   pj.also = job.also;

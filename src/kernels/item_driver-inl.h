@@ -416,7 +416,7 @@ HWY_INLINE void ChunkStepOnTiles(const ItemView& iv, const ScratchLayout& L, flo
   if (!shared.key_head) {
     LoadKeyRowsTimed(iv, L, base, t, n);
     CGDR_PHASE(kAmxKeyHead);
-    AmxPrepareKeyHead(L, base, n, prec, hw);
+    if (!L.kda) AmxPrepareKeyHead(L, base, n, prec, hw);  // KDA's operands are per value head
   }
   if (!shared.value_head) {
     PrepareValueHeadTimed<0>(iv, L, base, t, n, scale);

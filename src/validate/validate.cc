@@ -151,20 +151,6 @@ Status CheckOptionEnums(const Options& opt, int64_t Dk) {
   return Status::Ok();
 }
 
-// KDA's products are FP32 on the vector units (docs/SPEC.md 10): a mode or
-// an engine asked for that it does not have is refused, not swapped for fp32.
-Status CheckPerChannelModes(const Options& opt) {
-  if (opt.precision != Precision::kAuto && opt.precision != Precision::kFp32) {
-    return Status::Invalid(Cat("options.precision: the per-channel gate (KDA) has fp32 products only; expected auto "
-                               "or fp32, got ", PrecisionName(opt.precision)));
-  }
-  if (opt.engine == Engine::kAmx || opt.engine == Engine::kAmxEmulated) {
-    return Status::Invalid(Cat("options.engine: the per-channel gate (KDA) runs on the vector units only; expected "
-                               "auto or vector, got ", EngineName(opt.engine)));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Problem* p) {
@@ -255,7 +241,6 @@ Status Validate(const Inputs& in, const Outputs& out, const Options& opt, Proble
     CGDR_TRY(CheckSlotIndices("state_indices", in.state_indices, slots, "zeros in, no final state"));
   }
   CGDR_TRY(CheckOptionEnums(opt, Dk));
-  if (dims.per_channel) CGDR_TRY(CheckPerChannelModes(opt));
 
   p->T = T; p->B = B; p->Nk = Nk; p->Nv = Nv; p->Dk = Dk; p->Dv = Dv;
   p->dtype = dt;

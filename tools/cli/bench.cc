@@ -268,9 +268,9 @@ const char* kBenchUsage =
     "  --engine ENGINE     auto (default), vector, amx or amx-emu for every row\n"
     "  --skip-emulated-products  timing builds only: amx-emu rows skip the emulated tile\n"
     "                      products and time the AMX engine's passes around them (results wrong)\n"
-    "  --precision all     the flagship (--t T, default 8192) with f16 and with bf16 inputs in\n"
-    "                      each mode on each engine, and auto: time, % of the FP32 FMA and AMX\n"
-    "                      peaks, error of out and final_state\n";
+    "  --precision all     the flagship (--t T, default 8192) with f16 and with bf16 inputs, and\n"
+    "                      Kimi Linear's KDA layer in bf16, in each mode on each engine, and auto:\n"
+    "                      time, % of the FP32 FMA and AMX peaks, error of out and final_state\n";
 
 // Written as results are (docs/cli.md, "Output paths"): atomically, to a new or
 // regular file or where a symbolic link leads, never to a device or FIFO.

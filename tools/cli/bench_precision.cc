@@ -8,9 +8,11 @@
 namespace cgdr::cli {
 namespace {
 
-// --precision all: the flagship with f16 and with bf16 inputs, each precision
-// mode on each engine that runs here (the vector units; the AMX tiles where
-// the CPU has them), then auto; timed in turn with fp32 on the vector units,
+// --precision all: the flagship with f16 and with bf16 inputs, and Kimi
+// Linear's KDA layer (the per-channel gate, bf16 inputs, f32 state; SPEC
+// 10), each precision mode on each engine that runs here (the vector units;
+// the AMX tiles where the CPU has them), then auto; timed in turn with fp32
+// on the vector units,
 // with the normwise error of out and final_state of value head Nv/2 against
 // the FP64 reference. The vector engine's bf16 modes run fp32's formulation
 // (forced), so those rows compare the products; the tile rows and auto run
@@ -33,16 +35,15 @@ std::vector<PrecisionRun> PrecisionRuns() {
   return runs;
 }
 
-}  // namespace
+// The cases of the table: the flagship (Qwen3-Next's shape) in f16 and in
+// bf16, Kimi Linear's KDA layer in bf16 (KimiLinearRow's data).
+struct PrecisionCase {
+  std::string name;
+  CaseSpec spec;
+};
 
-Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowResult>* results) {
-  const int64_t T = cfg.t_override > 0 ? cfg.t_override : (cfg.quick ? 2048 : 8192);
-  std::printf("precision modes on each engine, flagship T=%lld (%d threads); errors of value head 16 vs FP64; %%peak of "
-              "the FP32 FMA peak, %%amx of the AMX bf16 peak\n",
-              static_cast<long long>(T), cfg.threads);
-  std::printf("%-6s %-7s %-7s %-10s %9s %8s %6s %5s %7s %10s %10s %10s %10s\n", "dtype", "prec", "engine", "algo", "ms",
-              "GFLOP/s", "%peak", "%amx", "vs_fp32", "err_out", "err_state", "round_out", "round_st");
-  const std::vector<PrecisionRun> runs = PrecisionRuns();
+std::vector<PrecisionCase> PrecisionCases(int64_t T) {
+  std::vector<PrecisionCase> cases;
   for (DType dt : {DType::kF16, DType::kBF16}) {
     CaseSpec cs;
     cs.Nk = 16;
@@ -52,6 +53,30 @@ Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowR
     cs.dtype = dt;
     cs.state_dtype = dt;
     cs.seed = 7;
+    cases.push_back({std::string("qwen3-next-") + DTypeName(dt), cs});
+  }
+  CaseSpec kda = cases.back().spec;
+  kda.Nk = 32;
+  kda.per_channel_gate = true;
+  kda.g_min = -1.0f;
+  kda.state_dtype = DType::kF32;
+  cases.push_back({"kimi-linear-bf16", kda});
+  return cases;
+}
+
+}  // namespace
+
+Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowResult>* results) {
+  const int64_t T = cfg.t_override > 0 ? cfg.t_override : (cfg.quick ? 2048 : 8192);
+  std::printf("precision modes on each engine, T=%lld (%d threads); errors of value head 16 vs FP64; %%peak of "
+              "the FP32 FMA peak, %%amx of the AMX bf16 peak\n",
+              static_cast<long long>(T), cfg.threads);
+  std::printf("%-16s %-7s %-7s %-10s %9s %8s %6s %5s %7s %10s %10s %10s %10s\n", "case", "prec", "engine", "algo", "ms",
+              "GFLOP/s", "%peak", "%amx", "vs_fp32", "err_out", "err_state", "round_out", "round_st");
+  const std::vector<PrecisionRun> runs = PrecisionRuns();
+  for (const PrecisionCase& pc : PrecisionCases(T)) {
+    const CaseSpec& cs = pc.spec;
+    const DType dt = cs.dtype;
     Case data = MakeCase(cs);
     Inputs in = data.inputs();
     Outputs out = data.outputs();
@@ -78,15 +103,19 @@ Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowR
     }
     std::vector<Timing> timings;
     if (Status s = TimeRunsInTurn(in, out, opts, cfg.reps, cfg.quick ? 0.15 : 0.5, &timings); !s.ok()) return s;
-    const double round_out = RoundingError(ref.out, dt), round_state = RoundingError(ref.final_state, dt);
+    const double round_out = RoundingError(ref.out, dt), round_state = RoundingError(ref.final_state, cs.state_dtype);
     const size_t first = results->size();
     int fastest_accurate = -1;
     for (size_t k = 0; k < runs.size(); ++k) {
       if (Status s = Run(in, out, opts[k]); !s.ok()) return s;
       RowResult r;
-      r.spec = Flagship(T, std::string("qwen3-next-") + DTypeName(dt) + "-" + PrecisionName(runs[k].precision) + "-" +
+      r.spec = Flagship(T, pc.name + "-" + PrecisionName(runs[k].precision) + "-" +
                                (runs[k].precision == Precision::kAuto ? "auto" : PlanEngineName(plans[k])),
                         "precision");
+      r.spec.Nk = cs.Nk;
+      r.spec.per_channel_gate = cs.per_channel_gate;
+      r.spec.dtype = dt;
+      r.spec.state_dtype = cs.state_dtype;
       r.precision = plans[k].precision;
       r.engine = PlanEngineName(plans[k]);
       r.requested = opts[k].algo;
@@ -106,13 +135,13 @@ Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowR
         fastest_accurate = static_cast<int>(k);
       }
       const std::string algo = PlanAlgoName(plans[k].chunk) + (runs[k].fp32_formulation ? "!" : "");
-      std::printf("%-6s %-7s %-7s %-10s %9.3f %8.1f %6.1f %5.1f %6.2fx %10.2e %10.2e %10.2e %10.2e%s\n", DTypeName(dt),
+      std::printf("%-16s %-7s %-7s %-10s %9.3f %8.1f %6.1f %5.1f %6.2fx %10.2e %10.2e %10.2e %10.2e%s\n", pc.name.c_str(),
                   is_auto ? ("auto:" + std::string(PrecisionName(r.precision))).c_str() : PrecisionName(r.precision),
                   r.engine.c_str(), algo.c_str(), r.seconds * 1e3, r.gflops, r.pct_peak, r.pct_amx_peak, speedup,
                   r.rel_err, r.rel_err_state, round_out, round_state, accurate ? "" : "  (beyond SPEC 6)");
       std::fflush(stdout);
       r.extra["dtype"] = DTypeName(dt);
-      r.extra["state_dtype"] = DTypeName(dt);
+      r.extra["state_dtype"] = DTypeName(cs.state_dtype);
       r.extra["speedup_vs_fp32"] = speedup;
       r.extra["meets_spec6"] = accurate;
       r.extra["bf16_hardware"] = Bf16HardwareEnabled() && ActiveTarget() == "AVX3";
@@ -122,8 +151,8 @@ Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowR
     if (fastest_accurate >= 0) {
       const RowResult& best = (*results)[first + static_cast<size_t>(fastest_accurate)];
       const double slowdown = autorow.seconds / best.seconds;
-      std::printf("  -> %s inputs: fastest within SPEC 6: %s on %s (%.3f ms); auto (%s on %s, %s): %.2fx its time\n",
-                  DTypeName(dt), PrecisionName(best.precision), best.engine.c_str(), best.seconds * 1e3,
+      std::printf("  -> %s: fastest within SPEC 6: %s on %s (%.3f ms); auto (%s on %s, %s): %.2fx its time\n",
+                  pc.name.c_str(), PrecisionName(best.precision), best.engine.c_str(), best.seconds * 1e3,
                   PrecisionName(autorow.precision), autorow.engine.c_str(), PlanAlgoName(autorow.chunk).c_str(),
                   slowdown);
       autorow.extra["fastest_accurate"] = best.spec.name;

@@ -28,7 +28,7 @@ constexpr Command kCommands[] = {
      "         (seq_lens; state pools, checkpoints), or a decode/verify case (no seq_lens; SPEC 6d).\n"},
     {"plan", PlanMain,
      "  plan   --t T --nk NK --nv NV --dk DK --dv DV [--b B] [--threads N]\n"
-     "         [--dtype f16|bf16|f32] [--algo ...] [--precision ...] [--engine ...]\n"
+     "         [--dtype f16|bf16|f32] [--algo ...] [--precision ...] [--engine ...] [--per-channel-gate]\n"
      "         Print the plan for a shape (B sequences splitting T evenly).\n"},
     {"bench", BenchMain,
      "  bench  [--shape ROW] [--t T] [--threads N] [--json FILE] ...\n"

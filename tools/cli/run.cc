@@ -57,7 +57,9 @@ const char kPlanUsage[] =
     "usage: cgdr plan --t T --nk NK --nv NV --dk DK --dv DV [--b B] [--threads N]\n"
     "                 [--dtype f16|bf16|f32] [--algo auto|recurrent|chunk16|chunk32|chunk64]\n"
     "                 [--precision auto|fp32|bf16|bf16x3|bf16x4] [--engine auto|vector|amx|amx-emu]\n"
-    "  B sequences (default 1) split T evenly; g and initial_state present.\n";
+    "                 [--per-channel-gate]\n"
+    "  B sequences (default 1) split T evenly; g and initial_state present.\n"
+    "  --per-channel-gate  g of shape [T, Nv, Dk] (KDA, docs/SPEC.md 10) instead of [T, Nv].\n";
 
 // The flags of run and plan: their parsers' lists, which `cgdr flags`
 // prints (tests/cli_conformance_test.py gives every one a row).
@@ -69,7 +71,8 @@ const CommandFlags kRunFlags{
     "run", {"--input", "--output", "--threads", "--algo", "--precision", "--engine", "--checkpoint-every"},
     {"--check-values", "--quiet", "--print-plan"}};
 const CommandFlags kPlanFlags{
-    "plan", {"--t", "--nk", "--nv", "--dk", "--dv", "--b", "--threads", "--dtype", "--algo", "--precision", "--engine"}, {}};
+    "plan", {"--t", "--nk", "--nv", "--dk", "--dv", "--b", "--threads", "--dtype", "--algo", "--precision", "--engine"},
+    {"--per-channel-gate"}};
 
 // ---- run -------------------------------------------------------------------
 
@@ -119,6 +122,7 @@ Status ParsePlanProblem(const Args& a, Problem* p) {
   CGDR_CLI_TRY(ParseEngineFlag(a, &p->options.engine));
   CGDR_CLI_TRY(ParseFloatDType(a, "--dtype", DType::kF16, &p->dtype));
   p->has_g = true;
+  p->per_channel_gate = a.Has("--per-channel-gate");  // KDA's g [T, Nv, Dk] (docs/SPEC.md 10)
   p->has_initial_state = true;
   p->state_dtype = p->dtype;
   p->want_final_state = true;
