@@ -488,6 +488,21 @@ def test_plan_flag(flag, value, field, shown):
     assert plan_line(p)[field] == shown
 
 
+def test_bench_rows_report_each_formulations_own_error(tmp_path):
+    """A KDA bench row times its recurrent form in turn with the chunked one;
+    each reports the error of its own result. In bf16x3 the chunked products
+    round the state to 16 bits (~3e-6) where the recurrent form keeps FP32
+    (~5e-8), so a row showing the other's error is seen."""
+    path = tmp_path / "kda.json"
+    p = cgdr("bench", "--shape", "kimi-linear-T2048", "--reps", "1", "--precision", "bf16x3", "--engine", "vector",
+             "--algo", "chunk16", "--json", path)
+    assert p.returncode == 0, p.stderr
+    rows = {r["algo"]: r for r in json.loads(path.read_text())}
+    assert set(rows) == {"chunk16", "recurrent"}, rows.keys()
+    assert rows["chunk16"]["rel_err_state"] > 5e-7, rows["chunk16"]
+    assert rows["recurrent"]["rel_err_state"] < 5e-7, rows["recurrent"]
+
+
 def test_plan_splits_t_evenly():
     """B sequences split T: the first T % B one token longer, summing to T."""
     p = cgdr("plan", "--t", "1000", "--b", "3", "--nk", "1", "--nv", "1", "--dk", "16", "--dv", "16", "--threads", "1")
