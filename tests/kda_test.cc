@@ -240,16 +240,15 @@ void CheckMode(const CaseSpec& spec, Precision p, Engine e, Algo a, const std::s
   Options opt = c.options();
   opt.algo = a;
   opt.threads = 1;
-  const Errors fp32 = RunAndCompare(c, opt);
+  const ModeErrors got = RunFp32AndMode(c, opt, p, e);
+  if (where == ActiveTarget()) {
+    std::printf("%-60s out %.2e (fp32 %.2e)  final_state %.2e (fp32 %.2e)\n", what.c_str(), got.mode.out, got.fp32.out,
+                got.mode.state, got.fp32.state);
+  }
+  ExpectWithinModeBounds(got.mode, got.fp32, p, what);
+  Case again = MakeCase(spec);
   opt.precision = p;
   opt.engine = e;
-  const Errors got = RunAndCompare(c, opt);
-  if (where == ActiveTarget()) {
-    std::printf("%-60s out %.2e (fp32 %.2e)  final_state %.2e (fp32 %.2e)\n", what.c_str(), got.out, fp32.out, got.state,
-                fp32.state);
-  }
-  ExpectWithinModeBounds(got, fp32, p, what);
-  Case again = MakeCase(spec);
   opt.threads = 3;
   ASSERT_TRUE(cgdr::Run(again.inputs(), again.outputs(), opt).ok()) << what;
   EXPECT_TRUE(c.out == again.out) << what << " out, 1 and 3 threads";

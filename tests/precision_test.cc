@@ -86,12 +86,10 @@ TEST_P(PrecisionAccuracy, EveryTargetEveryChunkedAlgoOddShapes) {
       Options opt = c.options();
       opt.algo = a;
       opt.threads = 2;
-      const Errors fp32 = RunAndCompare(c, opt);
-      opt.precision = p;
-      const Errors e = p == Precision::kFp32 ? fp32 : RunAndCompare(c, opt);
+      const ModeErrors e = RunFp32AndMode(c, opt, p, Engine::kAuto);
       // The mode's tolerance over SPEC 6's limit for the stored dtype (out
       // is bf16 for bf16 inputs; the state is f32).
-      ExpectWithinModeBounds(e, fp32, p, target + " " + AlgoName(a) + " " + PrecisionName(p) + " " + DTypeName(dt));
+      ExpectWithinModeBounds(e.mode, e.fp32, p, target + " " + AlgoName(a) + " " + PrecisionName(p) + " " + DTypeName(dt));
     };
     if (dt == DType::kF32) {
       ForEachTarget([&](const std::string& target) {

@@ -50,6 +50,15 @@ double ModeTolerance(Precision p, double limit) {
   return 0.0;
 }
 
+ModeErrors RunFp32AndMode(Case& c, Options opt, Precision p, Engine e) {
+  ModeErrors r;
+  r.fp32 = RunAndCompare(c, opt);
+  opt.precision = p;
+  opt.engine = e;
+  r.mode = p == Precision::kFp32 && e == Engine::kAuto ? r.fp32 : RunAndCompare(c, opt);
+  return r;
+}
+
 void ExpectWithinModeBounds(const Errors& got, const Errors& fp32, Precision p, const std::string& what) {
   EXPECT_LE(got.out, ModeTolerance(p, got.out_limit)) << what << " out";
   EXPECT_LE(got.state, ModeTolerance(p, got.state_limit)) << what << " final_state";

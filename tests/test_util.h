@@ -29,6 +29,13 @@ Errors RunAndCompare(Case& c, const Options& opt);
 // 1.5e-2.
 double ModeTolerance(Precision p, double limit);
 
+// The case run with `opt` as it is (its precision and engine: fp32's
+// baseline), then with precision p on engine e (p fp32: the same run).
+struct ModeErrors {
+  Errors fp32, mode;
+};
+ModeErrors RunFp32AndMode(Case& c, Options opt, Precision p, Engine e);
+
 // `got` (run in mode p) within ModeTolerance, and for the split modes also
 // within twice `fp32`'s error (the same case in fp32; floor: fp32's
 // tolerance, for cases near exact).
