@@ -9,8 +9,10 @@ gate X sigmoid(exp(A_log) (a + dt_bias))), an f32 initial state, q/k
 l2-normalised beforehand (fla's naive functions take no l2norm; cgdr is given
 the same normalised rows). Timed in turn, rep by rep:
 
-- cgdr.chunk_kda (the plan's choice of C) and cgdr.fused_recurrent_kda with
-  algo="recurrent" (cgdr's token-by-token form);
+- cgdr.chunk_kda (the plan's choice of C; --precision / --engine pass a
+  mode and an engine, e.g. --engine amx for bf16x3 on the AMX tiles) and
+  cgdr.fused_recurrent_kda with algo="recurrent" (cgdr's token-by-token
+  form);
 - fla's naive_chunk_kda (fla/ops/kda/naive.py, chunks of 64, FP32) and, with
   --with-fla-recurrent, its naive_recurrent_kda, loaded from the file (`import
   fla` needs a GPU build of triton).
@@ -21,7 +23,8 @@ process (cgdr's own probe), the ratios, and each one's normwise relative
 error against the FP64 recurrence on a sample of value heads.
 
     ~/.cache/cgdr/venv-clients/bin/python bench/compare_kda.py [--build-dir build] [--t 2048 8192]
-        [--threads N] [--reps 5] [--slow-reps 1] [--error-heads 2] [--lower-bound -5] [--json F]
+        [--threads N] [--reps 5] [--slow-reps 1] [--error-heads 2] [--lower-bound -5]
+        [--precision auto|fp32|bf16|bf16x3|bf16x4] [--engine auto|vector|amx|amx-emu] [--json F]
 """
 import argparse
 import datetime
@@ -51,6 +54,8 @@ def parse():
     p.add_argument("--error-heads", type=int, default=2, help="value heads sampled for the FP64 error")
     p.add_argument("--lower-bound", type=float, default=None, help="fla's bounded gate (e.g. -5)")
     p.add_argument("--with-fla-recurrent", action="store_true", help="also time fla's naive_recurrent_kda")
+    p.add_argument("--precision", default="auto", help="cgdr's precision mode for chunk_kda (docs/SPEC.md 6c, 10.4)")
+    p.add_argument("--engine", default="auto", help="cgdr's engine for chunk_kda: auto, vector, amx, amx-emu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="write the rows here")
     a = p.parse_args()
@@ -118,7 +123,8 @@ def compare(torch, cgdr, R, fla, a, T, threads, peak):
         return call
 
     calls = {
-        "cgdr_chunk": run("cgdr_chunk", lambda: cgdr.chunk_kda(q, k, v, g, beta, **common, threads=threads)),
+        "cgdr_chunk": run("cgdr_chunk", lambda: cgdr.chunk_kda(q, k, v, g, beta, **common, threads=threads,
+                                                               precision=a.precision, engine=a.engine)),
         "cgdr_recurrent": run("cgdr_recurrent", lambda: cgdr.fused_recurrent_kda(
             q, k, v, g, beta, **common, threads=threads, algo="recurrent")),
         "fla_naive_chunk": run("fla_naive_chunk", lambda: fla.naive_chunk_kda(q, k, v, g, beta, **common)),
@@ -132,7 +138,7 @@ def compare(torch, cgdr, R, fla, a, T, threads, peak):
     errs = fp64_errors(torch, R, inputs, error_heads(H, a.error_heads), results)
     flops = 6.0 * D * D * T * H
     row = dict(name="compare_kda", B=1, T=T, H=H, Dk=D, Dv=D, dtype="bf16", g_dtype="f32", state_dtype="f32",
-               lower_bound=a.lower_bound, threads=threads, fma_peak_gflops=peak, torch_version=torch.__version__,
+               lower_bound=a.lower_bound, precision=a.precision, engine=a.engine, threads=threads, fma_peak_gflops=peak, torch_version=torch.__version__,
                simd_target=cgdr.active_target(), cpu=cpu_name(), date=datetime.date.today().isoformat(), impls={})
     for name, s in seconds.items():
         gflops = flops / s / 1e9
@@ -159,7 +165,8 @@ def main():
     fla = load_kda()
     torch.set_num_threads(threads)
     peak = native.fma_peak(threads, 0.25)
-    print(f"KDA: B=1 H={H} Dk=Dv={D} bf16 (g, state f32), lower_bound={a.lower_bound}, {threads} threads, "
+    print(f"KDA: B=1 H={H} Dk=Dv={D} bf16 (g, state f32), lower_bound={a.lower_bound}, cgdr precision="
+          f"{a.precision} engine={a.engine}, {threads} threads, "
           f"{cpu_name()}, cgdr SIMD {cgdr.active_target()}, torch {torch.__version__}")
     print(f"FP32 FMA peak measured now: {peak:.1f} GFLOP/s on {threads} threads")
     print(f"{'T':>6} {'impl':<20}{'seconds':>10}{'tokens/s':>11}{'GFLOP/s':>9}{'%peak':>7}{'err out':>10}"
