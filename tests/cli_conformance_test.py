@@ -503,6 +503,24 @@ def test_bench_rows_report_each_formulations_own_error(tmp_path):
     assert rows["recurrent"]["rel_err_state"] < 5e-7, rows["recurrent"]
 
 
+def test_bench_precision_table_has_the_kda_section(tmp_path):
+    """`cgdr bench --precision all` times Kimi Linear's KDA layer (bf16 in,
+    f32 state) in every mode beside the flagship: each row its own mode's
+    error, and auto keeping KDA in fp32 (docs/SPEC.md 10.4). No timing is
+    asserted."""
+    path = tmp_path / "precision.json"
+    p = cgdr("bench", "--precision", "all", "--quick", "--t", "128", "--threads", "1", "--reps", "1", "--json", path)
+    assert p.returncode == 0, p.stderr
+    kda = {r["name"]: r for r in json.loads(path.read_text()) if r["name"].startswith("kimi-linear-bf16-")}
+    by_mode = {r["precision"]: r for name, r in kda.items() if not name.endswith("-auto-auto")}
+    assert {"fp32", "bf16", "bf16x3", "bf16x4"} <= set(by_mode), sorted(kda)
+    for r in kda.values():
+        assert r["per_channel_gate"] and r["Nk"] == 32 and r["dtype"] == "bf16" and r["state_dtype"] == "f32", r
+    assert by_mode["fp32"]["rel_err_state"] < 1e-6, by_mode["fp32"]
+    assert by_mode["fp32"]["rel_err_state"] < by_mode["bf16x3"]["rel_err_state"] < 2e-5, by_mode["bf16x3"]
+    assert kda["kimi-linear-bf16-auto-auto"]["precision"] == "fp32"
+
+
 def test_plan_splits_t_evenly():
     """B sequences split T: the first T % B one token longer, summing to T."""
     p = cgdr("plan", "--t", "1000", "--b", "3", "--nk", "1", "--nv", "1", "--dk", "16", "--dv", "16", "--threads", "1")
