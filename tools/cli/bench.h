@@ -112,6 +112,8 @@ struct RowSpec {
 
 int64_t TotalTokens(const std::vector<int32_t>& lens);
 RowSpec Flagship(int64_t T, const std::string& name, const std::string& group);
+// Kimi Linear's KDA layer at T tokens (bench_rows.cc): the rows kimi-linear-T*.
+RowSpec KimiLinearRow(int64_t T);
 
 struct BenchConfig {
   std::string shape;  // --shape ROW: that row alone ("qwen3-next": the flagship, --t applies)

@@ -35,33 +35,19 @@ std::vector<PrecisionRun> PrecisionRuns() {
   return runs;
 }
 
-// The cases of the table: the flagship (Qwen3-Next's shape) in f16 and in
-// bf16, Kimi Linear's KDA layer in bf16 (KimiLinearRow's data).
-struct PrecisionCase {
-  std::string name;
-  CaseSpec spec;
-};
-
-std::vector<PrecisionCase> PrecisionCases(int64_t T) {
-  std::vector<PrecisionCase> cases;
+// The rows of the table, cut from the bench's own data (SizePools, PoolCase):
+// the flagship (Qwen3-Next's shape) in f16 and in bf16, and Kimi Linear's
+// KDA row (KimiLinearRow: bf16 in and out, f32 state).
+std::vector<RowSpec> PrecisionRows(int64_t T) {
+  std::vector<RowSpec> rows;
   for (DType dt : {DType::kF16, DType::kBF16}) {
-    CaseSpec cs;
-    cs.Nk = 16;
-    cs.Nv = 32;
-    cs.Dk = cs.Dv = 128;
-    cs.lens = {static_cast<int32_t>(T)};
-    cs.dtype = dt;
-    cs.state_dtype = dt;
-    cs.seed = 7;
-    cases.push_back({std::string("qwen3-next-") + DTypeName(dt), cs});
+    rows.push_back(Flagship(T, std::string("qwen3-next-") + DTypeName(dt), "precision"));
+    rows.back().dtype = rows.back().state_dtype = dt;
   }
-  CaseSpec kda = cases.back().spec;
-  kda.Nk = 32;
-  kda.per_channel_gate = true;
-  kda.g_min = -1.0f;
-  kda.state_dtype = DType::kF32;
-  cases.push_back({"kimi-linear-bf16", kda});
-  return cases;
+  rows.push_back(KimiLinearRow(T));
+  rows.back().name = "kimi-linear-bf16";
+  rows.back().group = "precision";
+  return rows;
 }
 
 }  // namespace
@@ -74,12 +60,13 @@ Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowR
   std::printf("%-16s %-7s %-7s %-10s %9s %8s %6s %5s %7s %10s %10s %10s %10s\n", "case", "prec", "engine", "algo", "ms",
               "GFLOP/s", "%peak", "%amx", "vs_fp32", "err_out", "err_state", "round_out", "round_st");
   const std::vector<PrecisionRun> runs = PrecisionRuns();
-  for (const PrecisionCase& pc : PrecisionCases(T)) {
-    const CaseSpec& cs = pc.spec;
-    const DType dt = cs.dtype;
-    Case data = MakeCase(cs);
-    Inputs in = data.inputs();
-    Outputs out = data.outputs();
+  for (const RowSpec& row : PrecisionRows(T)) {
+    const DType dt = row.dtype;
+    std::map<PoolKey, Pool> pool = SizePools({row});  // one row's data at a time
+    Case& data = PoolCase(pool.begin()->second, KeyOf(row));
+    Inputs in;
+    Outputs out;
+    RowViews(data, row.lens, &in, &out);
     Options base = data.options();
     base.threads = cfg.threads;
     base.precision = Precision::kFp32;
@@ -103,26 +90,22 @@ Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowR
     }
     std::vector<Timing> timings;
     if (Status s = TimeRunsInTurn(in, out, opts, cfg.reps, cfg.quick ? 0.15 : 0.5, &timings); !s.ok()) return s;
-    const double round_out = RoundingError(ref.out, dt), round_state = RoundingError(ref.final_state, cs.state_dtype);
+    const double round_out = RoundingError(ref.out, dt), round_state = RoundingError(ref.final_state, row.state_dtype);
     const size_t first = results->size();
     int fastest_accurate = -1;
     for (size_t k = 0; k < runs.size(); ++k) {
       if (Status s = Run(in, out, opts[k]); !s.ok()) return s;
       RowResult r;
-      r.spec = Flagship(T, pc.name + "-" + PrecisionName(runs[k].precision) + "-" +
-                               (runs[k].precision == Precision::kAuto ? "auto" : PlanEngineName(plans[k])),
-                        "precision");
-      r.spec.Nk = cs.Nk;
-      r.spec.per_channel_gate = cs.per_channel_gate;
-      r.spec.dtype = dt;
-      r.spec.state_dtype = cs.state_dtype;
+      r.spec = row;
+      r.spec.name = row.name + "-" + PrecisionName(runs[k].precision) + "-" +
+                    (runs[k].precision == Precision::kAuto ? "auto" : PlanEngineName(plans[k]));
       r.precision = plans[k].precision;
       r.engine = PlanEngineName(plans[k]);
       r.requested = opts[k].algo;
       r.threads = opts[k].threads;
       r.chunk = plans[k].chunk;
       r.v_step = plans[k].v_step;
-      FillTiming(timings[k], T, AlgoFlops(T, cs.Nv, cs.Dk, cs.Dv), peaks.Get(opts[k].threads).gflops,
+      FillTiming(timings[k], T, AlgoFlops(T, row.Nv, row.Dk, row.Dv), peaks.Get(opts[k].threads).gflops,
                  peaks.Amx(opts[k].threads), &r);
       r.rel_err = RelativeError(out.out, ref.out, p.Nv, {h});
       r.rel_err_state = RelativeError(out.final_state, ref.final_state, p.Nv, {h});
@@ -135,13 +118,13 @@ Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowR
         fastest_accurate = static_cast<int>(k);
       }
       const std::string algo = PlanAlgoName(plans[k].chunk) + (runs[k].fp32_formulation ? "!" : "");
-      std::printf("%-16s %-7s %-7s %-10s %9.3f %8.1f %6.1f %5.1f %6.2fx %10.2e %10.2e %10.2e %10.2e%s\n", pc.name.c_str(),
+      std::printf("%-16s %-7s %-7s %-10s %9.3f %8.1f %6.1f %5.1f %6.2fx %10.2e %10.2e %10.2e %10.2e%s\n", row.name.c_str(),
                   is_auto ? ("auto:" + std::string(PrecisionName(r.precision))).c_str() : PrecisionName(r.precision),
                   r.engine.c_str(), algo.c_str(), r.seconds * 1e3, r.gflops, r.pct_peak, r.pct_amx_peak, speedup,
                   r.rel_err, r.rel_err_state, round_out, round_state, accurate ? "" : "  (beyond SPEC 6)");
       std::fflush(stdout);
       r.extra["dtype"] = DTypeName(dt);
-      r.extra["state_dtype"] = DTypeName(cs.state_dtype);
+      r.extra["state_dtype"] = DTypeName(row.state_dtype);
       r.extra["speedup_vs_fp32"] = speedup;
       r.extra["meets_spec6"] = accurate;
       r.extra["bf16_hardware"] = Bf16HardwareEnabled() && ActiveTarget() == "AVX3";
@@ -152,7 +135,7 @@ Status PrecisionTable(const BenchConfig& cfg, PeakCache& peaks, std::vector<RowR
       const RowResult& best = (*results)[first + static_cast<size_t>(fastest_accurate)];
       const double slowdown = autorow.seconds / best.seconds;
       std::printf("  -> %s: fastest within SPEC 6: %s on %s (%.3f ms); auto (%s on %s, %s): %.2fx its time\n",
-                  pc.name.c_str(), PrecisionName(best.precision), best.engine.c_str(), best.seconds * 1e3,
+                  row.name.c_str(), PrecisionName(best.precision), best.engine.c_str(), best.seconds * 1e3,
                   PrecisionName(autorow.precision), autorow.engine.c_str(), PlanAlgoName(autorow.chunk).c_str(),
                   slowdown);
       autorow.extra["fastest_accurate"] = best.spec.name;

@@ -59,6 +59,8 @@ std::vector<RowSpec> NpuRows() {
           NpuRow(1, 16, 1024, 128, 128, 49.211), NpuRow(1, 16, 2048, 128, 128, 97.188)};
 }
 
+}  // namespace
+
 // Kimi Linear's KDA layers (Kimi-Linear-48B-A3B's config: 32 heads of
 // Dk = Dv = 128, no grouping), bf16 activations and an f32 state; the
 // per-channel log-decays drawn in [-1, 0] (a chunk's channels then span
@@ -71,6 +73,8 @@ RowSpec KimiLinearRow(int64_t T) {
   r.state_dtype = DType::kF32;
   return r;
 }
+
+namespace {
 
 RowSpec GenericRow() {
   RowSpec r = Flagship(2048, "generic-D200x200", "generic");
