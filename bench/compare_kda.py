@@ -138,7 +138,8 @@ def compare(torch, cgdr, R, fla, a, T, threads, peak):
     errs = fp64_errors(torch, R, inputs, error_heads(H, a.error_heads), results)
     flops = 6.0 * D * D * T * H
     row = dict(name="compare_kda", B=1, T=T, H=H, Dk=D, Dv=D, dtype="bf16", g_dtype="f32", state_dtype="f32",
-               lower_bound=a.lower_bound, precision=a.precision, engine=a.engine, threads=threads, fma_peak_gflops=peak, torch_version=torch.__version__,
+               lower_bound=a.lower_bound, precision=a.precision, engine=a.engine, threads=threads,
+               fma_peak_gflops=peak, torch_version=torch.__version__,
                simd_target=cgdr.active_target(), cpu=cpu_name(), date=datetime.date.today().isoformat(), impls={})
     for name, s in seconds.items():
         gflops = flops / s / 1e9

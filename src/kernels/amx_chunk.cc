@@ -155,6 +155,25 @@ void ScaleRowsBy(float* HWY_RESTRICT buf, int64_t ld, int64_t rows, const float*
   }
 }
 
+// FP32 rows k and q ([n][dk_pad]) as the A operands of X and O (amx_ka,
+// amx_qa), and into K^T in FP32 (kt, zero past the chunk's n rows), the A
+// operand of the update: the scalar gate's K and Q per key head, KDA's
+// K e^G, Q e^G and K e^(G_last - G) per value head.
+template <class Cvt>
+void PackKeyAndQueryRows(const ScratchLayout& L, float* HWY_RESTRICT base, const float* k, const float* q,
+                         const float* k_update, int64_t n, Precision prec) {
+  const int64_t m_tiles = RowTiles(n), kd = L.amx_dk / kAmxK, plane = L.amx_cd_plane;
+  uint32_t* ka = Words(base, L.amx_ka);
+  uint32_t* qa = Words(base, L.amx_qa);
+  PackFlags fk, fq;
+  PackA<Cvt>(k, L.dk_pad, n, L.dk_pad, false, nullptr, m_tiles, kd, ka, LoPlane(ka, plane, prec), L.c_pad, fk);
+  PackA<Cvt>(q, L.dk_pad, n, L.dk_pad, false, nullptr, m_tiles, kd, qa, LoPlane(qa, plane, prec), L.c_pad, fq);
+  TransposeRows(k_update, L.dk_pad, n, L.c_pad, base + L.kt);
+  LoPlanes& lo = Flags(L, base);
+  lo.k = fk.AnyLo();
+  lo.q = fq.AnyLo();
+}
+
 template <class Tiles, class Cvt>
 void KeyHeadOnTiles(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n, Precision prec) {
   Tiles t;
@@ -162,15 +181,8 @@ void KeyHeadOnTiles(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t n,
   uint32_t* ka = Words(base, L.amx_ka);
   uint32_t* qa = Words(base, L.amx_qa);
   uint32_t* ktb = Words(base, L.amx_ktb);
-  PackFlags fk, fq;
-  PackA<Cvt>(base + L.k, L.dk_pad, n, L.dk_pad, false, nullptr, m_tiles, kd, ka, LoPlane(ka, plane, prec), L.c_pad, fk);
-  PackA<Cvt>(base + L.q, L.dk_pad, n, L.dk_pad, false, nullptr, m_tiles, kd, qa, LoPlane(qa, plane, prec), L.c_pad, fq);
-  // K^T in FP32 (zero past the chunk's n rows), the A operand of each value
-  // head's update.
-  TransposeRows(base + L.k, L.dk_pad, n, L.c_pad, base + L.kt);
+  PackKeyAndQueryRows<Cvt>(L, base, base + L.k, base + L.q, base + L.k, n, prec);
   LoPlanes& lo = Flags(L, base);
-  lo.k = fk.AnyLo();
-  lo.q = fq.AnyLo();
   lo.kt_b = lo.k;  // K^T's halves are K's
   // K^T as the B operand of K K^T and Q K^T: K's tiles transposed (a lo
   // plane only where one is read).
@@ -197,24 +209,11 @@ void ValueHeadOperands(const ScratchLayout& L, float* HWY_RESTRICT base, int64_t
   // A = (I + L)^-1 and P, lower triangular: nothing right of the diagonal read.
   PackA<Cvt>(base + L.attn, L.c_pad, n, n, true, nullptr, m_tiles, kc, attn, LoPlane(attn, L.amx_cc_plane, prec), L.c_pad, fa);
   PackA<Cvt>(base + L.qk, L.c_pad, n, n, true, nullptr, m_tiles, kc, p, LoPlane(p, L.amx_cc_plane, prec), L.c_pad, fp);
+  // The per-channel gate (docs/SPEC.md 10.4): this value head's K e^G and
+  // Q e^G, and K e^(G_last - G) for the update, in the key head's operand
+  // buffers (KDA's key-head stage leaves them unused).
+  if (L.kda) PackKeyAndQueryRows<Cvt>(L, base, base + L.kda_k, base + L.kda_q, base + L.kda_kf, n, prec);
   LoPlanes& lo = Flags(L, base);
-  if (L.kda) {
-    // The per-channel gate (docs/SPEC.md 10.4): X's and O's A operands are
-    // this value head's K e^G and Q e^G (in the key head's operand buffers,
-    // which KDA's key-head stage leaves unused), and the update's is
-    // (K e^(G_last - G))^T, transposed in FP32 first, with no column factor.
-    const int64_t kd = L.amx_dk / kAmxK, plane = L.amx_cd_plane;
-    uint32_t* ka = Words(base, L.amx_ka);
-    uint32_t* qa = Words(base, L.amx_qa);
-    PackFlags fka, fqa;
-    PackA<Cvt>(base + L.kda_k, L.dk_pad, n, L.dk_pad, false, nullptr, m_tiles, kd, ka, LoPlane(ka, plane, prec),
-               L.c_pad, fka);
-    PackA<Cvt>(base + L.kda_q, L.dk_pad, n, L.dk_pad, false, nullptr, m_tiles, kd, qa, LoPlane(qa, plane, prec),
-               L.c_pad, fqa);
-    lo.k = fka.AnyLo();
-    lo.q = fqa.AnyLo();
-    TransposeRows(base + L.kda_kf, L.dk_pad, n, L.c_pad, base + L.kt);
-  }
   // The update's A: K^T with column c times e^(G_last - G_c) (per channel:
   // the factors are in the rows already).
   PackA<Cvt>(base + L.kt, L.c_pad, L.dk_pad, n, false, L.kda ? nullptr : cv.eGl, L.dk_pad / kTileRows, kc, kt,
