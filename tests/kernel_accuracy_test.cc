@@ -2,6 +2,7 @@
 // reference of SPEC 1 (SPEC 6 thresholds), on odd shapes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -215,6 +216,47 @@ TEST(KernelAccuracy, StreamingStoresWriteTheSameBits) {
         run(c, opt, 0, offset, &streamed);
         EXPECT_TRUE(normal == streamed) << target << " Dv=" << v.Dv << " v_step=" << v.v_step << " dtype="
                                         << DTypeName(v.dtype) << " out offset " << offset;
+      }
+    }
+  });
+}
+
+// The next chunk's prefetch hint (Plan::prefetch_into_l1) changes where
+// lines wait, never a result: both hints give the same bits, on every
+// target, for both gates and with the AMX emulation's products.
+TEST(KernelAccuracy, PrefetchHintLeavesTheBits) {
+  const auto run = [](Case& c, const Options& opt, bool into_l1, Bytes* out) {
+    Problem problem;
+    ASSERT_TRUE(Validate(c.inputs(), c.outputs(), opt, &problem).ok());
+    Plan plan;
+    ASSERT_TRUE(MakePlan(problem, MachineProfile{}, &plan).ok());
+    ASSERT_GT(plan.chunk, 1);
+    plan.prefetch_into_l1 = into_l1;
+    ASSERT_TRUE(CheckPlan(plan).ok());
+    std::fill(c.out.begin(), c.out.end(), 0xA5);
+    std::fill(c.final_state.begin(), c.final_state.end(), 0xA5);
+    ASSERT_TRUE(Execute(plan, c.inputs(), c.outputs()).ok());
+    out->assign(c.out.begin(), c.out.end());
+    out->insert(out->end(), c.final_state.begin(), c.final_state.end());
+  };
+  ForEachTarget([&](const std::string& target) {
+    for (bool per_channel : {false, true}) {
+      for (Engine engine : {Engine::kVector, Engine::kAmxEmulated}) {
+        CaseSpec s;
+        s.Nk = 2; s.Nv = 4; s.Dk = 40; s.Dv = 33; s.dtype = DType::kBF16;
+        s.lens = {37, 0, 70};
+        s.per_channel_gate = per_channel;
+        if (per_channel) s.g_min = -1.0f;  // decays across the chunk's range (kda_test's KdaSpec)
+        Case c = MakeCase(s);
+        Options opt = c.options();
+        opt.algo = Algo::kChunk16;
+        opt.threads = 2;
+        opt.engine = engine;
+        if (engine == Engine::kAmxEmulated) opt.precision = Precision::kBf16x3;
+        Bytes l2, l1;
+        run(c, opt, false, &l2);
+        run(c, opt, true, &l1);
+        EXPECT_TRUE(l2 == l1) << target << (per_channel ? " KDA" : " scalar gate") << " engine " << EngineName(engine);
       }
     }
   });

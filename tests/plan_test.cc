@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cgdr/plan.hpp"
+#include "core/cpu_features.h"
 #include "plan/scratch_layout.h"
 
 namespace cgdr {
@@ -194,6 +195,11 @@ TEST(Plan, CheckPlanCatchesBrokenPlans) {
   EXPECT_TRUE(CheckPlan(streamed_recurrence).ok());
   streamed_recurrence.stream_out = true;
   EXPECT_FALSE(CheckPlan(streamed_recurrence).ok());
+  Plan prefetched_recurrence = plan;  // C = 1 issues no paced prefetches
+  prefetched_recurrence.chunk = 1;
+  prefetched_recurrence.stream_out = false;
+  prefetched_recurrence.prefetch_into_l1 = true;
+  EXPECT_FALSE(CheckPlan(prefetched_recurrence).ok());
 }
 
 // Empty sequences need items only to write their final state: a million of
@@ -272,6 +278,20 @@ TEST(Plan, StreamsLargeOutputsOfChunkedPlans) {
   ASSERT_TRUE(MakePlan(p, MachineProfile{}, &plan).ok());
   EXPECT_NE(PlanToString(plan).find("stream_out=1"), std::string::npos);
   EXPECT_NE(PlanToString(plan).find("written past the caches"), std::string::npos);
+}
+
+// The next chunk's prefetch hint: into L1 on AMD CPUs (the plan says so in
+// its line and its reasons), into L2 elsewhere; C = 1 never changes it.
+TEST(Plan, PrefetchesIntoL1OnAmd) {
+  for (Algo algo : {Algo::kAuto, Algo::kChunk64, Algo::kRecurrent}) {
+    Plan plan;
+    ASSERT_TRUE(MakePlan(MakeProblem({8192}, 16, 32, 128, 128, 2, algo), MachineProfile{}, &plan).ok());
+    const bool l1 = plan.chunk > 1 && CpuIsAmd();
+    EXPECT_EQ(plan.prefetch_into_l1, l1) << AlgoName(algo);
+    const std::string s = PlanToString(plan);
+    EXPECT_NE(s.find(l1 ? " prefetch=l1 " : " prefetch=l2 "), std::string::npos) << s;
+    EXPECT_EQ(s.find("prefetched into L1 (AMD)") != std::string::npos, l1) << s;
+  }
 }
 
 TEST(Plan, PrintsChoicesAndReasons) {

@@ -126,6 +126,13 @@ struct Plan {
   // 64-byte aligned (MachineProfile::stream_out_bytes; alignment is checked
   // on the data at run time, since the plan sees shapes only).
   bool stream_out = false;
+  // C > 1: the next chunk's rows (prefetch.h) are prefetched into L1 and L2
+  // (the T0 hint) rather than into L2 alone (T1). Where CPUID says AMD: on
+  // AMD EPYC Zen 5 the T1 lines were often not there when the next chunk
+  // loaded them (q, k and g in 0.5-0.9k TSC cycles instead of 0.3-0.5k, 4
+  // runs in 5) and KDA's call ran 3-5% slower; on Zen 3 the two ran the same
+  // (docs/SPEC.md 5). Elsewhere T1, as before. Results do not depend on it.
+  bool prefetch_into_l1 = false;
   int64_t groups() const { return group_begin.empty() ? 0 : static_cast<int64_t>(group_begin.size()) - 1; }
   int64_t GroupSize(int64_t g) const { return group_begin[g + 1] - group_begin[g]; }
   const int64_t* GroupItems(int64_t g) const { return group_order.data() + group_begin[g]; }

@@ -27,6 +27,19 @@ std::string ActiveTarget() {
   return usable ? hwy::TargetName(usable & -usable) : "none";
 }
 
+bool CpuIsAmd() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool amd = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "Auth" "enti" "cAMD"
+  }();
+  return amd;
+#else
+  return false;
+#endif
+}
+
 namespace {
 
 std::atomic<int> g_bf16_hw_mode{-1};

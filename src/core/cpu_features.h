@@ -37,6 +37,10 @@ bool AmxHardwareEnabled();
 // vector path or the emulation), 1 automatic too.
 void SetAmxHardwareForTest(int mode);
 
+// Whether CPUID names the vendor AMD ("AuthenticAMD"). The planner's
+// prefetch hint depends on it (Plan::prefetch_into_l1).
+bool CpuIsAmd();
+
 // The size of CPU 0's level-2 data (or unified) cache in bytes, as Linux's
 // sysfs gives it; 0 where it does not say.
 int64_t L2CacheBytes();

@@ -500,7 +500,7 @@ void BucketDriver<kDkPad>::RunGroup(const Plan& plan, const Inputs& in, const Ou
   const bool tiles = RunsOnTiles(plan);
   for (int64_t t = first.token_begin, n = 0; t < t_end; t += n) {
     n = StepRows(first, step, every, t);
-    PrefetchQueue next_chunk;
+    PrefetchQueue next_chunk(plan.prefetch_into_l1);
     QueueGroupChunk(views, count, t + n, t + n < t_end ? StepRows(first, step, every, t + n) : 0, &next_chunk);
     if (plan.chunk == 1) {
       next_chunk.Drain();  // no products to spread the lines over

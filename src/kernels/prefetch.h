@@ -18,6 +18,12 @@ namespace cgdr {
 
 class PrefetchQueue {
  public:
+  // into_l1: read lines with the T0 hint (L1 and L2), else T1 (L2 alone);
+  // the plan's choice (Plan::prefetch_into_l1). Lines to be written take
+  // prefetchw either way.
+  PrefetchQueue() = default;
+  explicit PrefetchQueue(bool into_l1) : into_l1_(into_l1) {}
+
   // `rows` rows of `bytes` bytes each, `stride` bytes apart, from `first`.
   // `write`: lines the stores will fill (prefetch with intent to write).
   void Add(const void* first, int64_t stride, int64_t rows, int64_t bytes, bool write) {
@@ -68,13 +74,11 @@ class PrefetchQueue {
 
   // Issues up to `lines` further lines, in order.
   void Issue(int64_t lines) {
-    Walk(lines, [](uintptr_t line, bool write) {
-      if (write) {
-        __builtin_prefetch(reinterpret_cast<const void*>(line), 1, 2);
-      } else {
-        __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 2);
-      }
-    });
+    if (into_l1_) {
+      Walk(lines, [](uintptr_t line, bool write) { Fetch<3>(line, write); });
+    } else {
+      Walk(lines, [](uintptr_t line, bool write) { Fetch<2>(line, write); });
+    }
   }
 
   // Calls fetch(line address, write) for up to `lines` further lines, in
@@ -110,6 +114,16 @@ class PrefetchQueue {
   int64_t total_lines() const { return total_lines_; }
 
  private:
+  // One line, read with locality kReadHint (3: T0, 2: T1) or for writing.
+  template <int kReadHint>
+  static void Fetch(uintptr_t line, bool write) {
+    if (write) {
+      __builtin_prefetch(reinterpret_cast<const void*>(line), 1, 2);
+    } else {
+      __builtin_prefetch(reinterpret_cast<const void*>(line), 0, kReadHint);
+    }
+  }
+
   struct Span {
     const uint8_t* first;
     int64_t stride, rows, bytes;
@@ -121,6 +135,7 @@ class PrefetchQueue {
   int count_ = 0, next_ = 0;
   int64_t row_ = 0, offset_ = 0;
   int64_t total_lines_ = 0, fmas_per_line_ = 1, credit_ = 0;
+  bool into_l1_ = false;
 };
 
 }  // namespace cgdr

@@ -358,6 +358,8 @@ Status MakePlan(const Problem& p, const MachineProfile& prof, Plan* plan) {
   if (out.stream_out) {
     why << "; out (" << out_bytes << " B >= " << prof.stream_out_bytes << " B) written past the caches";
   }
+  out.prefetch_into_l1 = out.chunk > 1 && CpuIsAmd();
+  if (out.prefetch_into_l1) why << "; next chunk prefetched into L1 (AMD)";
   out.scratch_bytes_per_thread = KernelScratch(out).bytes();
 
   out.why = why.str();
@@ -377,6 +379,7 @@ Status CheckPlan(const Plan& plan) {
   if (plan.threads < 1) return fail("threads " + std::to_string(plan.threads));
   if (plan.group_items < 1 || plan.group_items > kMaxGroupItems) return fail("group_items " + std::to_string(plan.group_items));
   if (plan.stream_out && plan.chunk == 1) return fail("stream_out with chunk 1 (C = 1 writes out token by token)");
+  if (plan.prefetch_into_l1 && plan.chunk == 1) return fail("prefetch_into_l1 with chunk 1 (C = 1 issues no paced prefetches)");
   if (plan.precision == Precision::kAuto || plan.engine == Engine::kAuto) return fail("precision or engine unresolved (auto)");
   if (IsTileEngine(plan.engine) && (plan.chunk == 1 || plan.precision == Precision::kFp32)) {
     return fail("tile engine with chunk " + std::to_string(plan.chunk) + " and precision " + PrecisionName(plan.precision));
@@ -473,7 +476,7 @@ std::string PlanToString(const Plan& plan) {
      << " bucket=" << (plan.dk_bucket ? std::to_string(plan.dk_bucket) : std::string("generic"))
      << " dk_padded=" << plan.dk_padded << " vStep=" << plan.v_step << " vTiles=" << plan.v_tiles
      << " items=" << plan.items.size() << " group=" << plan.group_items << " stream_out=" << plan.stream_out
-     << " threads=" << plan.threads
+     << " prefetch=" << (plan.prefetch_into_l1 ? "l1" : "l2") << " threads=" << plan.threads
      << " precision=" << PrecisionName(plan.precision) << " engine=" << PlanEngineName(plan) << " scratch_per_thread=" << plan.scratch_bytes_per_thread << "B target=" << ActiveTarget() << "\n";
   os << "why: " << plan.why << "\n";
   int64_t smallest = plan.groups() ? plan.group_items : 0, largest = 0;
