@@ -354,7 +354,16 @@ struct KdaVariant {
   bool ok;
 };
 
-void ExpectKdaParity(const KdaVariant& v, Algo algo) {
+// A named precision mode and engine for the chunked products, in both APIs
+// (kAuto: the option left unset).
+struct ModeAndEngine {
+  Precision precision = Precision::kAuto;
+  cgdr_precision c_precision = CGDR_PRECISION_AUTO;
+  Engine engine = Engine::kAuto;
+  cgdr_engine c_engine = CGDR_ENGINE_AUTO;
+};
+
+void ExpectKdaParity(const KdaVariant& v, Algo algo, const ModeAndEngine& mode = {}) {
   CaseSpec spec = Spec(40, StateLayout::kVK);
   spec.per_channel_gate = true;
   spec.raw_gate = v.raw_gate;
@@ -362,9 +371,13 @@ void ExpectKdaParity(const KdaVariant& v, Algo algo) {
   Case cpp = MakeCase(spec), c = MakeCase(spec);
   Options opt = cpp.options();
   opt.algo = algo;
+  opt.precision = mode.precision;
+  opt.engine = mode.engine;
   cgdr_options* handle = nullptr;
   ASSERT_EQ(cgdr_options_create(&handle), CGDR_OK);
-  ASSERT_EQ(cgdr_options_set_chunk(handle, algo == Algo::kRecurrent ? 1 : 0), CGDR_OK);
+  ASSERT_EQ(cgdr_options_set_chunk(handle, algo == Algo::kRecurrent ? 1 : (algo == Algo::kChunk16 ? 16 : 0)), CGDR_OK);
+  ASSERT_EQ(cgdr_options_set_precision(handle, mode.c_precision), CGDR_OK);
+  ASSERT_EQ(cgdr_options_set_engine(handle, mode.c_engine), CGDR_OK);
   ASSERT_EQ(cgdr_options_set_gate_lower_bound(handle, v.lower_bound), CGDR_OK);
   Inputs cpp_in = cpp.inputs(), c_in = c.inputs();
   if (v.drop_a_log) cpp_in.A_log = c_in.A_log = TensorView();
@@ -424,6 +437,33 @@ TEST(CApiParity, PerChannelGate) {
       ExpectKdaParity(v, algo);
     }
   }
+}
+
+// KDA's chunked products in the bf16 modes (docs/SPEC.md 10.4), on the
+// vector units and on the AMX emulation, named through each API: the same
+// bits, and not fp32's.
+TEST(CApiParity, PerChannelGateInThePrecisionModes) {
+  const KdaVariant g{"g [T, Nv, Dk]", false, 0.0, false, true};
+  const ModeAndEngine modes[] = {
+      {Precision::kBf16x3, CGDR_PRECISION_BF16X3, Engine::kVector, CGDR_ENGINE_VECTOR},
+      {Precision::kBf16, CGDR_PRECISION_BF16, Engine::kAmxEmulated, CGDR_ENGINE_AMX_EMULATED},
+      {Precision::kBf16x4, CGDR_PRECISION_BF16X4, Engine::kAmxEmulated, CGDR_ENGINE_AMX_EMULATED},
+  };
+  for (const ModeAndEngine& m : modes) {
+    SCOPED_TRACE(std::string(PrecisionName(m.precision)) + " on " + EngineName(m.engine));
+    ExpectKdaParity(g, Algo::kChunk16, m);
+  }
+  // The modes reach the kernel: bf16x3's answer is not fp32's.
+  CaseSpec spec = Spec(40, StateLayout::kVK);
+  spec.per_channel_gate = true;
+  Case fp32 = MakeCase(spec), split = MakeCase(spec);
+  Options opt = fp32.options();
+  opt.algo = Algo::kChunk16;
+  opt.precision = Precision::kFp32;
+  ASSERT_TRUE(cgdr::Run(fp32.inputs(), fp32.outputs(), opt).ok());
+  opt.precision = Precision::kBf16x3;
+  ASSERT_TRUE(cgdr::Run(split.inputs(), split.outputs(), opt).ok());
+  EXPECT_FALSE(SameBytes(fp32.out, split.out));
 }
 
 TEST(CApiSetters, RejectValuesOutsideTheirRange) {

@@ -437,6 +437,24 @@ def test_kda_algo(tmp_path, algo, kw):
     assert p.returncode == 0, p.stdout + p.stderr
 
 
+@pytest.mark.parametrize("precision,engine", [("bf16", "vector"), ("bf16x3", "vector"), ("bf16x3", "amx-emu"),
+                                              ("bf16x4", "amx-emu")])
+def test_kda_precision(tmp_path, precision, engine):
+    """A KDA case file run in a named precision mode on a named engine
+    (docs/SPEC.md 10.4): the plan takes both, the result is within the mode's
+    bound of kda_fp64, and it is not fp32's answer."""
+    case = Case(tmp_path, kda="g")
+    out = tmp_path / "r.safetensors"
+    p = run_ok(case, out, "--algo", "chunk16", "--precision", precision, "--engine", engine, "--print-plan")
+    fields = plan_line(p)
+    assert (fields["gate"], fields["precision"]) == ("per-channel", precision), fields
+    assert (fields["engine"] == "amx-emu") == (engine == "amx-emu"), fields
+    r = check_result(case, out, precision)
+    fp32 = tmp_path / "fp32.safetensors"
+    run_ok(case, fp32, "--algo", "chunk16", "--precision", "fp32")
+    assert not np.array_equal(r["out"], read_safetensors(fp32)["out"])
+
+
 def write_result(path, out, final_state, layout):
     write_safetensors(path, {"out": ("f32", out.shape, raw(out, "f32")),
                              "final_state": ("f32", final_state.shape, raw(final_state, "f32"))},
