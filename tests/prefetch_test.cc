@@ -40,31 +40,41 @@ Lines Walked(PrefetchQueue* q, int64_t lines) {
   return got;
 }
 
+// The same lines in the same order whatever the list holds of them: none,
+// part of a span (the rest walked from there, mid-row too: 1, 4, 11),
+// whole spans (8, 16), or all.
 TEST(PrefetchQueue, WalksEveryLineOfEveryRowOnceInOrder) {
   LineBuffer buf;
   const uint8_t* b = buf.base();
-  PrefetchQueue q;
   Lines want;
-  q.Add(b + 16, 1000, 3, 100, false);  // rows off their lines, 2-3 lines each
-  ExpectRows(b + 16, 1000, 3, 100, false, &want);
-  q.Add(b + 8192, 256, 2, 256, true);  // whole lines, for writing
-  ExpectRows(b + 8192, 256, 2, 256, true, &want);
-  q.Add(b + 20000 + 63, 64, 2, 2, false);  // 2 bytes across a line boundary
-  ExpectRows(b + 20000 + 63, 64, 2, 2, false, &want);
+  ExpectRows(b + 16, 1000, 3, 100, false, &want);  // rows off their lines, 2-3 lines each
+  ExpectRows(b + 8192, 256, 2, 256, true, &want);  // whole lines, for writing
+  ExpectRows(b + 20000 + 63, 64, 2, 2, false, &want);  // 2 bytes across a line boundary
+  ASSERT_EQ(want.size(), 18u);  // 8 + 8 + 2
+  for (int64_t capacity : {0, 1, 4, 8, 11, 16, 18, 64}) {
+    std::vector<uintptr_t> list(static_cast<size_t>(capacity) + 1, 0);
+    PrefetchQueue q(false, capacity ? list.data() : nullptr, capacity);
+    q.Add(b + 16, 1000, 3, 100, false);
+    q.Add(b + 8192, 256, 2, 256, true);
+    q.Add(b + 20000 + 63, 64, 2, 2, false);
+    EXPECT_EQ(q.listed_lines(), std::min<int64_t>(capacity, 18)) << "capacity " << capacity;
+    EXPECT_EQ(list.back(), 0u) << "capacity " << capacity << ": listed past the buffer";
 
-  Lines got;
-  for (int64_t bite : {1, 3, 2, 5, 100}) {  // any bites give the same sequence
-    const Lines part = Walked(&q, bite);
-    EXPECT_LE(static_cast<int64_t>(part.size()), bite);
-    got.insert(got.end(), part.begin(), part.end());
+    Lines got;
+    for (int64_t bite : {1, 3, 2, 5, 100}) {  // any bites give the same sequence
+      const Lines part = Walked(&q, bite);
+      EXPECT_LE(static_cast<int64_t>(part.size()), bite);
+      got.insert(got.end(), part.begin(), part.end());
+    }
+    EXPECT_EQ(got, want) << "capacity " << capacity;
+    EXPECT_TRUE(Walked(&q, 10).empty());  // nothing twice
   }
-  EXPECT_EQ(got, want);
-  EXPECT_TRUE(Walked(&q, 10).empty());  // nothing twice
 }
 
 TEST(PrefetchQueue, PaysOneLinePerPacedShareOfTheWork) {
   LineBuffer buf;
-  PrefetchQueue q;
+  uintptr_t list[40];  // 40 of the 100 listed, 60 walked
+  PrefetchQueue q(false, list, 40);
   q.Add(buf.base(), 64, 100, 64, false);  // 100 lines
   ASSERT_EQ(q.total_lines(), 100);
   q.Pace(100 * 50);  // one line per 50 multiply-adds

@@ -305,6 +305,12 @@ struct SharedKSide {
   }
 };
 
+// The lines of one chunk of a group that PrefetchQueue lists (the rest it
+// walks): 16 KiB of the thread's stack. A chunk of KDA's bench row (2 heads
+// of Dk = Dv = 128, bf16, g in f32, C = 16) has 656 lines, the flagship's
+// 288; C = 64 of the flagship 1,152.
+constexpr int64_t kPrefetchListLines = 2048;
+
 // Rows [t, t + n) of q, k, v, out, beta and g for all heads of a group
 // (consecutive (seq, head, tile) items in plan order), queued for prefetching into L2
 // while this chunk computes (prefetch.h). `out` is queued for writing, unless
@@ -498,9 +504,10 @@ void BucketDriver<kDkPad>::RunGroup(const Plan& plan, const Inputs& in, const Ou
   const int64_t step = plan.chunk == 1 ? kRecurrentSpan : plan.chunk;
   const int64_t every = p.options.checkpoint_every;
   const bool tiles = RunsOnTiles(plan);
+  uintptr_t prefetch_list[kPrefetchListLines];  // each chunk's PrefetchQueue lists its lines here
   for (int64_t t = first.token_begin, n = 0; t < t_end; t += n) {
     n = StepRows(first, step, every, t);
-    PrefetchQueue next_chunk(plan.prefetch_into_l1);
+    PrefetchQueue next_chunk(plan.prefetch_into_l1, prefetch_list, kPrefetchListLines);
     QueueGroupChunk(views, count, t + n, t + n < t_end ? StepRows(first, step, every, t + n) : 0, &next_chunk);
     if (plan.chunk == 1) {
       next_chunk.Drain();  // no products to spread the lines over
