@@ -195,7 +195,7 @@ TEST(Plan, CheckPlanCatchesBrokenPlans) {
   EXPECT_TRUE(CheckPlan(streamed_recurrence).ok());
   streamed_recurrence.stream_out = true;
   EXPECT_FALSE(CheckPlan(streamed_recurrence).ok());
-  Plan prefetched_recurrence = plan;  // C = 1 issues no paced prefetches
+  Plan prefetched_recurrence = plan;  // the L1 hint is the chunked plans' (measured for C > 1 only)
   prefetched_recurrence.chunk = 1;
   prefetched_recurrence.stream_out = false;
   prefetched_recurrence.prefetch_into_l1 = true;

@@ -312,8 +312,9 @@ struct SharedKSide {
 constexpr int64_t kPrefetchListLines = 2048;
 
 // Rows [t, t + n) of q, k, v, out, beta and g for all heads of a group
-// (consecutive (seq, head, tile) items in plan order), queued for prefetching into L2
-// while this chunk computes (prefetch.h). `out` is queued for writing, unless
+// (consecutive (seq, head, tile) items in plan order), queued for prefetching
+// (into L2, or L1 and L2: Plan::prefetch_into_l1) while this chunk computes
+// (prefetch.h). `out` is queued for writing, unless
 // its stores stream past the caches.
 HWY_INLINE void QueueGroupChunk(const ItemView* views, int64_t count, int64_t t, int64_t n, PrefetchQueue* queue) {
   if (n <= 0) return;

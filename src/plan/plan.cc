@@ -379,7 +379,7 @@ Status CheckPlan(const Plan& plan) {
   if (plan.threads < 1) return fail("threads " + std::to_string(plan.threads));
   if (plan.group_items < 1 || plan.group_items > kMaxGroupItems) return fail("group_items " + std::to_string(plan.group_items));
   if (plan.stream_out && plan.chunk == 1) return fail("stream_out with chunk 1 (C = 1 writes out token by token)");
-  if (plan.prefetch_into_l1 && plan.chunk == 1) return fail("prefetch_into_l1 with chunk 1 (C = 1 issues no paced prefetches)");
+  if (plan.prefetch_into_l1 && plan.chunk == 1) return fail("prefetch_into_l1 with chunk 1 (the hint was measured for C > 1 only)");
   if (plan.precision == Precision::kAuto || plan.engine == Engine::kAuto) return fail("precision or engine unresolved (auto)");
   if (IsTileEngine(plan.engine) && (plan.chunk == 1 || plan.precision == Precision::kFp32)) {
     return fail("tile engine with chunk " + std::to_string(plan.chunk) + " and precision " + PrecisionName(plan.precision));

@@ -100,7 +100,12 @@ MUTANTS = [
            "out.dk_bucket = DkBucket(p.Dk);", "Plan|" + CONF),
     Mutant("plan-stream_out-threshold", "src/plan/plan.cc",
            "out_bytes >= prof.stream_out_bytes", "out_bytes > prof.stream_out_bytes", "Plan|" + CONF),
+    Mutant("plan-prefetch-hint-vendor-inverted", "src/plan/plan.cc",
+           "out.prefetch_into_l1 = out.chunk > 1 && CpuIsAmd();",
+           "out.prefetch_into_l1 = out.chunk > 1 && !CpuIsAmd();", "Plan"),
     # ---- src/kernels
+    Mutant("kernels-prefetch-list-overruns", "src/kernels/prefetch.h",
+           "if (listed_ == capacity_) {", "if (listed_ == capacity_ + 1) {", "PrefetchQueue"),
     Mutant("kernels-one-worker", "src/kernels/kernels.cc",
            "std::min<int64_t>(plan.threads, plan.groups())", "std::min<int64_t>(1, plan.groups())", CONF),
     Mutant("kernels-bf16x4-drops-lolo", "src/kernels/gemm_bf16.cc",
