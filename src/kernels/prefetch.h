@@ -118,45 +118,36 @@ class PrefetchQueue {
   // Bit 0 of a listed line address (a multiple of 64): a line to write.
   static constexpr uintptr_t kWriteBit = 1;
 
-  // The lines of span next_ from the walk's cursor into the list, while it
-  // has room; the cursor moves past them (to the next span if all fit).
+  // The lines of span next_ (just added) into the list, while it has room.
   void List() {
-    const Span& s = spans_[next_];
-    const uintptr_t write = s.write ? kWriteBit : 0;
-    for (; row_ < s.rows; ++row_, offset_ = 0) {
-      const uintptr_t first = reinterpret_cast<uintptr_t>(s.first + row_ * s.stride);
-      const uintptr_t first_line = first & ~uintptr_t{63};
-      const uintptr_t end_line = (first + static_cast<uintptr_t>(s.bytes) + 63) & ~uintptr_t{63};
-      for (uintptr_t line = first_line + static_cast<uintptr_t>(offset_); line < end_line; line += 64) {
-        if (listed_ == capacity_) {
-          offset_ = static_cast<int64_t>(line - first_line);
-          return;
-        }
-        list_[listed_++] = line | write;
-      }
-    }
-    row_ = 0;
-    offset_ = 0;
-    ++next_;
+    WalkSpans(capacity_ - listed_, [this](uintptr_t line, bool write) { list_[listed_++] = line | (write ? kWriteBit : 0); });
   }
 
-  // Walk's lines past the list, from the spans. The cursor is kept in
-  // locals: as members it went to memory after every line.
-  template <class Fetch>
-  void WalkSpans(int64_t lines, const Fetch& fetch) {
+  // visit(line, write) for up to `lines` lines from the cursor (span next_,
+  // row_, offset_ bytes into the row's first line) on through the spans,
+  // leaving the cursor after the last: List's lines, and Walk's past the
+  // list. Row by row, a row's lines in an inner loop whose length the span
+  // keeps. The cursor is kept in locals: as members it went to memory after
+  // every line.
+  template <class Visit>
+  void WalkSpans(int64_t lines, const Visit& visit) {
     int next = next_;
     int64_t row = row_, offset = offset_;
-    for (; lines > 0 && next < count_; --lines) {
+    for (; next < count_ && lines > 0; ++next, row = 0) {
       const Span& s = spans_[next];
-      const uintptr_t first = reinterpret_cast<uintptr_t>(s.first + row * s.stride);
-      const uintptr_t line = (first & ~uintptr_t{63}) + static_cast<uintptr_t>(offset);
-      fetch(line, s.write);
-      offset += 64;
-      if (line + 64 >= first + static_cast<uintptr_t>(s.bytes)) {
-        offset = 0;
-        if (++row == s.rows) {
-          row = 0;
-          ++next;
+      for (; row < s.rows; ++row, offset = 0) {
+        const uintptr_t first = reinterpret_cast<uintptr_t>(s.first + row * s.stride);
+        const uintptr_t first_line = first & ~uintptr_t{63};
+        const uintptr_t end_line = (first + static_cast<uintptr_t>(s.bytes) + 63) & ~uintptr_t{63};
+        for (uintptr_t line = first_line + static_cast<uintptr_t>(offset); line < end_line; line += 64, --lines) {
+          if (lines == 0) {
+            offset = static_cast<int64_t>(line - first_line);
+            next_ = next;
+            row_ = row;
+            offset_ = offset;
+            return;
+          }
+          visit(line, s.write);
         }
       }
     }

@@ -105,7 +105,7 @@ MUTANTS = [
            "out.prefetch_into_l1 = out.chunk > 1 && !CpuIsAmd();", "Plan"),
     # ---- src/kernels
     Mutant("kernels-prefetch-list-overruns", "src/kernels/prefetch.h",
-           "if (listed_ == capacity_) {", "if (listed_ == capacity_ + 1) {", "PrefetchQueue"),
+           "WalkSpans(capacity_ - listed_,", "WalkSpans(capacity_ - listed_ + 1,", "PrefetchQueue"),
     Mutant("kernels-one-worker", "src/kernels/kernels.cc",
            "std::min<int64_t>(plan.threads, plan.groups())", "std::min<int64_t>(1, plan.groups())", CONF),
     Mutant("kernels-bf16x4-drops-lolo", "src/kernels/gemm_bf16.cc",
