@@ -521,6 +521,25 @@ def test_bench_rows_report_each_formulations_own_error(tmp_path):
     assert rows["recurrent"]["rel_err_state"] < 5e-7, rows["recurrent"]
 
 
+def test_bench_target_runs_every_row_and_the_peak_there(tmp_path):
+    """`cgdr bench --target NAME` (an AVX2 build timed on an AVX-512 CPU): the
+    rows' engine and the FMA peak, measured before and after the rows, name
+    the target asked for. The lowest usable target is asked for, so that the
+    flag narrows dispatch on every CPU (a scalar-only build has nothing to
+    narrow and runs as before)."""
+    p = cgdr("bench", "--target", "bogus")
+    assert p.returncode != 0
+    usable = re.search(r"this CPU \(([^)]*)\)", p.stderr).group(1).split(", ")
+    lowest = usable[-1]
+    path = tmp_path / "bench.json"
+    p = cgdr("bench", "--shape", "npu-B1-H8-T64-D64x64", "--reps", "1", "--target", lowest, "--json", path)
+    assert p.returncode == 0, p.stderr
+    assert f"kernel target {lowest.upper()} (--target)" in p.stdout, p.stdout
+    assert re.search(rf"lanes, {lowest.upper()}\)", p.stdout), p.stdout
+    rows = json.loads(path.read_text())
+    assert rows and all(r["target"] == lowest.upper() and r["engine"] == lowest for r in rows), rows
+
+
 def test_bench_precision_table_has_the_kda_section(tmp_path):
     """`cgdr bench --precision all` times Kimi Linear's KDA layer (bf16 in,
     f32 state) in every mode beside the flagship: each row its own mode's

@@ -94,6 +94,7 @@ section_usage() {
   expect_error "unknown flag" "unknown flag '--bogus'" "$CGDR" run --bogus
   expect_error "stray word" "unexpected argument 'extra'" "$CGDR" run extra
   expect_error "unknown bench row" "no row 'npu-nope' (rows: qwen3-next," "$CGDR" bench --shape npu-nope
+  expect_error "unknown bench target" "--target: 'avx9' is not a target this build runs on this CPU (" "$CGDR" bench --target avx9
   expect_error "skip outside a timing build" "--skip-emulated-products: only in a timing build" "$CGDR" bench --skip-emulated-products
   expect_error "flag without value" "--input needs a value" "$CGDR" run --input
   expect_error "missing --output" "needs --output" "$CGDR" run --input "$W/x"

@@ -5,7 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <string>
+
 #include "cgdr/cgdr.hpp"
+#include "core/cpu_features.h"
+#include "hwy/targets.h"
 
 namespace cgdr {
 namespace {
@@ -36,6 +41,32 @@ TEST(Peak, AmxPeakReportsItsThreads) {
   const AmxPeak a = MeasureAmxPeak(2, 0.005);
   EXPECT_EQ(a.threads, 2);
   EXPECT_GE(a.gflops, 0.0);  // 0 where AMX is not usable
+}
+
+std::string Upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// `cgdr bench --target`: the peak loop (like every kernel) dispatches to the
+// named target, and still does after the planner's questions about the CPU
+// (ActiveTarget() asks Highway's SupportedTargets(), which with
+// hwy::DisableTargets handed dispatch the unmasked set again).
+TEST(Peak, DispatchNoHigherThanHoldsForEveryUsableTarget) {
+  const std::vector<std::string> names = UsableTargetNames();
+  ASSERT_FALSE(names.empty());
+  EXPECT_EQ(Upper(names.front()), ActiveTarget());
+  for (const std::string& name : names) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(DispatchNoHigherThan(name));
+    EXPECT_EQ(ActiveTarget(), Upper(name));
+    EXPECT_EQ(MeasureFmaPeak(1, 0.001).target, Upper(name));
+    EXPECT_EQ(ActiveTarget(), Upper(name));
+  }
+  EXPECT_FALSE(DispatchNoHigherThan("avx9"));
+  EXPECT_EQ(ActiveTarget(), Upper(names.back()));  // unchanged by the refusal
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_EQ(ActiveTarget(), Upper(names.front()));
 }
 
 }  // namespace

@@ -27,6 +27,38 @@ std::string ActiveTarget() {
   return usable ? hwy::TargetName(usable & -usable) : "none";
 }
 
+namespace {
+
+std::string LowerCase(std::string s) {
+  for (char& c : s) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> UsableTargetNames() {
+  std::vector<std::string> names;
+  // Highway's bits: the lower the bit, the better the target.
+  for (int64_t left = UsableTargets(); left != 0; left &= left - 1) {
+    names.push_back(LowerCase(hwy::TargetName(left & -left)));
+  }
+  return names;
+}
+
+bool DispatchNoHigherThan(const std::string& name) {
+  for (int64_t left = UsableTargets(); left != 0; left &= left - 1) {
+    const int64_t bit = left & -left;
+    if (LowerCase(hwy::TargetName(bit)) != LowerCase(name)) continue;
+    // Not hwy::DisableTargets: in Highway 1.0.3 the next SupportedTargets()
+    // (the planner asks it on every call) hands dispatch the unmasked set
+    // again, so the kernels ran AVX3 while the plan named AVX2. The mock
+    // holds.
+    hwy::SetSupportedTargetsForTest(UsableTargets() & ~(bit - 1));
+    return true;
+  }
+  return false;
+}
+
 bool CpuIsAmd() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool amd = [] {

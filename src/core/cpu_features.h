@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace cgdr {
 
@@ -14,6 +15,16 @@ namespace cgdr {
 // hwy::SetSupportedTargetsForTest narrows it. ActiveTarget() (cgdr.hpp)
 // names the one dispatch picks.
 int64_t UsableTargets();
+
+// UsableTargets() by Highway's names in lower case ("avx3", "avx2", "sse4",
+// ...), best first.
+std::vector<std::string> UsableTargetNames();
+
+// Turns off every usable target better than the one named (one of
+// UsableTargetNames()), so that dispatch picks it for the rest of the
+// process: `cgdr bench --target avx2` times the AVX2 kernels on an AVX-512
+// CPU. Returns false, changing nothing, for any other name.
+bool DispatchNoHigherThan(const std::string& name);
 
 // bf16 precision modes: whether the products run on vdpbf16ps (the CPU has
 // AVX512_BF16 and the AVX3 target runs) rather than its exact emulation.

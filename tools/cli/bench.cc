@@ -203,7 +203,7 @@ void AddScaling(const RowResult& all, RowResult& one) {
 Status ParseBenchFlags(int argc, char** argv, BenchConfig* cfg, bool* help) {
   Args a;
   Status s = a.Parse("bench", argc, argv,
-                     {"--shape", "--t", "--threads", "--json", "--algo", "--reps", "--precision", "--engine"},
+                     {"--shape", "--t", "--threads", "--json", "--algo", "--reps", "--precision", "--engine", "--target"},
                      {"--quick", "--skip-emulated-products"});
   if (!s.ok()) return s;
   *help = a.Has("--help");
@@ -249,6 +249,16 @@ Status ParseBenchFlags(int argc, char** argv, BenchConfig* cfg, bool* help) {
   } else {
     return Status::Invalid("--algo: expected auto|recurrent|chunk16|chunk32|chunk64|all, got '" + algo + "'");
   }
+  if (a.Has("--target")) {
+    cfg->target = a.Get("--target");
+    const std::vector<std::string> usable = UsableTargetNames();
+    if (std::find(usable.begin(), usable.end(), cfg->target) == usable.end()) {
+      std::string names;
+      for (const auto& n : usable) names += (names.empty() ? "" : ", ") + n;
+      return Status::Invalid("--target: '" + cfg->target + "' is not a target this build runs on this CPU (" + names +
+                             ")");
+    }
+  }
   const std::string prec = a.Get("--precision", "auto");
   if (prec == "all") {
     cfg->all_precisions = true;
@@ -261,6 +271,7 @@ Status ParseBenchFlags(int argc, char** argv, BenchConfig* cfg, bool* help) {
 const char* kBenchUsage =
     "usage: cgdr bench [--shape ROW] [--t T] [--threads N] [--json FILE]\n"
     "                  [--algo auto|recurrent|chunk16|chunk32|chunk64|all] [--quick] [--reps N]\n"
+    "                  [--target NAME]\n"
     "  default: flagship, 1-thread scaling, T sweep 512..32768, varlen batch, NPU rows, Dk=Dv=200,\n"
     "           Kimi Linear's KDA (per-channel gate, bf16, f32 state) at T=2048, 8192 with its recurrent form\n"
     "  --shape ROW         one row by name: qwen3-next (the flagship; --t overrides its length),\n"
@@ -269,6 +280,9 @@ const char* kBenchUsage =
     "  --quick             flagship at T=2048, two NPU rows and kimi-linear-T2048, short timing\n"
     "  --precision MODE    auto (default), fp32, bf16, bf16x3 or bf16x4 for every row\n"
     "  --engine ENGINE     auto (default), vector, amx or amx-emu for every row\n"
+    "  --target NAME       dispatch no higher than this SIMD target (avx3, avx2, sse4, scalar, as\n"
+    "                      compiled and usable here), the FMA peak included: e.g. AVX2's kernels\n"
+    "                      timed on an AVX-512 CPU\n"
     "  --skip-emulated-products  timing builds only: amx-emu rows skip the emulated tile\n"
     "                      products and time the AMX engine's passes around them (results wrong)\n"
     "  --precision all     the flagship (--t T, default 8192) with f16 and with bf16 inputs, and\n"
@@ -352,14 +366,18 @@ int BenchMain(int argc, char** argv) {
     std::fputs(kBenchUsage, stdout);
     return 0;
   }
+  // Before anything dispatches: the peak is measured on the same target.
+  if (!cfg.target.empty() && !DispatchNoHigherThan(cfg.target)) {
+    return ReportError(Status(Code::kInternal, "--target " + cfg.target + ": dispatch could not be narrowed"));
+  }
   WarnIfBusy("bench");
   const auto start = Clock::now();
   PeakCache peaks(cfg.quick ? 0.1 : 0.25);
   const FmaPeak& peak = peaks.Get(cfg.threads);
   const CopyBandwidth copy = MeasureCopyBandwidth(cfg.threads, cfg.quick ? size_t{64} << 20 : size_t{256} << 20);
   const std::string target = ActiveTarget();
-  std::printf("cgdr bench: kernel target %s, %d threads, profile: %s\n", target.c_str(), cfg.threads,
-              DefaultProfile().source.c_str());
+  std::printf("cgdr bench: kernel target %s%s, %d threads, profile: %s\n", target.c_str(),
+              cfg.target.empty() ? "" : " (--target)", cfg.threads, DefaultProfile().source.c_str());
   std::printf("measured FP32 FMA peak: %.1f GFLOP/s on %d threads (%.1f per thread, %zu lanes, %s); "
               "memory copy: %.1f GB/s (read+write, %zu MiB)\n",
               peak.gflops, peak.threads, peak.gflops / peak.threads, peak.lanes, peak.target.c_str(),
