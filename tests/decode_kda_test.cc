@@ -36,26 +36,19 @@
 #include "core/synthetic.h"
 #include "decode/decode_internal.h"
 #include "reference/reference.h"
+#include "draft_util.h"
 #include "test_util.h"
 
 namespace cgdr {
 namespace {
 
-using testing::ForEachTarget;
+using testing::Buf;
+using testing::Draft;
+using testing::ExpectEqualsSingleSteps;
+using testing::Mode;
+using testing::ModeName;
 
-// Line-aligned storage (as a torch tensor's), so whole-vector rows take the
-// token axis' streaming stores.
-template <class T>
-struct LineAligned {
-  using value_type = T;
-  LineAligned() = default;
-  template <class U>
-  LineAligned(const LineAligned<U>&) {}  // NOLINT: allocators convert implicitly
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
-  bool operator==(const LineAligned&) const { return true; }
-};
-using Buf = std::vector<uint8_t, LineAligned<uint8_t>>;
+using testing::ForEachTarget;
 
 enum class Gate { kG, kRaw, kRawBound, kRawBoundNoALog };
 const char* GateName(Gate g) {
@@ -86,138 +79,15 @@ CaseSpec KdaSpec(StateLayout layout, int64_t Nk, int64_t Nv, int64_t Dk, int64_t
   return s;
 }
 
-// `t` [N * K, d...] seen as [N, K, d...].
-TensorView WithTokenAxis(const TensorView& t, int64_t N, int64_t K) {
-  if (!t.present()) return t;
-  std::vector<int64_t> dims{N, K};
-  for (int i = 1; i < t.rank; ++i) dims.push_back(t.shape[i]);
-  return TensorView(t.data, t.dtype, dims);
+// A draft of KDA decode steps (draft_util.h): the pool in the case's state
+// dtype; Gate::kRawBoundNoALog drops A_log.
+Draft KdaDraft(StateLayout layout, int64_t Nk, int64_t Nv, int64_t Dk, int64_t Dv, Gate gate, int64_t n, int64_t k,
+               DType dt = DType::kF32, DType pool = DType::kF32) {
+  const CaseSpec spec = KdaSpec(layout, Nk, Nv, Dk, Dv, gate, dt, pool);
+  Draft d(spec, n, k, spec.state_dtype);
+  d.no_a_log = gate == Gate::kRawBoundNoALog;
+  return d;
 }
-
-// Rows {n K + j : n < N} of a [N * K, ...] tensor as a dense [N, ...] buffer.
-Buf TokenRows(const TensorView& t, int64_t N, int64_t K, int64_t j) {
-  if (!t.present()) return Buf();
-  const size_t row = static_cast<size_t>(t.numel() / t.shape[0]) * DTypeSize(t.dtype);
-  Buf b(static_cast<size_t>(N) * row);
-  for (int64_t n = 0; n < N; ++n) std::memcpy(&b[n * row], static_cast<const uint8_t*>(t.data) + (n * K + j) * row, row);
-  return b;
-}
-TensorView Over(Buf& b, const TensorView& like, int64_t N) {
-  if (!like.present()) return like;
-  TensorView v = like;
-  v.data = b.data();
-  v.shape[0] = N;
-  return v;
-}
-
-// N sequences of K tokens each: a prefill case of N sequences of length K
-// whose [N * K, ...] tensors are the decode inputs ([N, K, ...], or [N, ...]
-// for K = 1 without a token axis); a pool of P = N (K + 1) + 2 slots with
-// sequence n's initial state in slot src[n] = P - 1 - n, the rest a marker.
-struct Draft {
-  Case c;
-  int64_t N, K, P, slot;
-  DType pool_dtype;
-  bool no_a_log;
-  bool no_dt_bias = false;  // the raw gate without dt_bias (0)
-  Buf pool;
-  std::vector<int32_t> src;
-  Draft(CaseSpec spec, int64_t n, int64_t k, bool drop_a_log = false)
-      : N(n), K(k), P(n * (k + 1) + 2), pool_dtype(spec.state_dtype), no_a_log(drop_a_log) {
-    spec.lens.assign(static_cast<size_t>(n), static_cast<int32_t>(k));
-    c = MakeCase(spec);
-    slot = spec.Nv * spec.Dk * spec.Dv;
-    pool.assign(static_cast<size_t>(P * slot) * DTypeSize(pool_dtype), 0x3C);
-    for (int64_t i = 0; i < N; ++i) {
-      src.push_back(static_cast<int32_t>(P - 1 - i));
-      std::memcpy(Slot(pool, src.back()), c.initial_state.data() + i * SlotBytes(), SlotBytes());
-    }
-  }
-  static Draft For(StateLayout layout, int64_t Nk, int64_t Nv, int64_t Dk, int64_t Dv, Gate gate, int64_t n, int64_t k,
-                   DType dt = DType::kF32, DType pool = DType::kF32) {
-    return Draft(KdaSpec(layout, Nk, Nv, Dk, Dv, gate, dt, pool), n, k, gate == Gate::kRawBoundNoALog);
-  }
-  Options options(int threads = 0) const {
-    Options o = c.options();
-    o.threads = threads;
-    return o;
-  }
-  cgdr::Inputs PrefillInputs() {
-    cgdr::Inputs in = c.inputs();
-    if (no_a_log) in.A_log = TensorView();
-    if (no_dt_bias) in.dt_bias = TensorView();
-    return in;
-  }
-  TensorView PoolView(Buf& b) const {
-    const bool kv = c.spec.layout == StateLayout::kKV;
-    return TensorView(b.data(), pool_dtype, {P, c.spec.Nv, kv ? c.spec.Dk : c.spec.Dv, kv ? c.spec.Dv : c.spec.Dk});
-  }
-  size_t SlotBytes() const { return static_cast<size_t>(slot) * DTypeSize(pool_dtype); }
-  uint8_t* Slot(Buf& b, int64_t s) const { return b.data() + s * static_cast<int64_t>(SlotBytes()); }
-  size_t OutRowBytes() const { return static_cast<size_t>(c.spec.Nv * c.spec.Dv) * DTypeSize(c.spec.dtype); }
-  // The decode call over the case's tensors: a token axis of K unless K = 1.
-  DecodeInputs Inputs(Buf& pool_buf) {
-    const cgdr::Inputs in = PrefillInputs();
-    DecodeInputs d;
-    const auto axis = [&](const TensorView& t) { return K == 1 ? t : WithTokenAxis(t, N, K); };
-    d.query = axis(in.query);
-    d.key = axis(in.key);
-    d.value = axis(in.value);
-    d.beta = axis(in.beta);
-    d.g = axis(in.g);
-    d.a = axis(in.a);
-    d.A_log = in.A_log;
-    d.dt_bias = in.dt_bias;
-    d.state_pool = PoolView(pool_buf);
-    d.state_indices = TensorView(src.data(), DType::kI32, {N});
-    return d;
-  }
-  TensorView OutView(Buf& out) const {
-    const CaseSpec& s = c.spec;
-    if (K == 1) return TensorView(out.data(), s.dtype, {N, s.Nv, s.Dv});
-    return TensorView(out.data(), s.dtype, {N, K, s.Nv, s.Dv});
-  }
-};
-
-// K single steps (no token axis) on a copy of the pool: out [N, K, Nv, Dv]
-// and the state of every sequence after every token.
-struct SingleSteps {
-  Buf out, pool;
-  std::vector<std::vector<Buf>> states;  // [n][j]
-  SingleSteps(Draft& d, const Options& opt) : pool(d.pool) {
-    const cgdr::Inputs in = d.PrefillInputs();
-    const CaseSpec& s = d.c.spec;
-    const size_t out_row = d.OutRowBytes();
-    out.assign(static_cast<size_t>(d.N * d.K) * out_row, 0);
-    states.assign(static_cast<size_t>(d.N), std::vector<Buf>(static_cast<size_t>(d.K)));
-    for (int64_t j = 0; j < d.K; ++j) {
-      Buf q = TokenRows(in.query, d.N, d.K, j), k = TokenRows(in.key, d.N, d.K, j);
-      Buf v = TokenRows(in.value, d.N, d.K, j), beta = TokenRows(in.beta, d.N, d.K, j);
-      Buf g = TokenRows(in.g, d.N, d.K, j), a = TokenRows(in.a, d.N, d.K, j);
-      Buf o(static_cast<size_t>(d.N) * out_row);
-      DecodeInputs di;
-      di.query = Over(q, in.query, d.N);
-      di.key = Over(k, in.key, d.N);
-      di.value = Over(v, in.value, d.N);
-      di.beta = Over(beta, in.beta, d.N);
-      di.g = Over(g, in.g, d.N);
-      di.a = Over(a, in.a, d.N);
-      di.A_log = in.A_log;
-      di.dt_bias = in.dt_bias;
-      di.state_pool = d.PoolView(pool);
-      di.state_indices = TensorView(d.src.data(), DType::kI32, {d.N});
-      DecodeOutputs dout;
-      dout.out = TensorView(o.data(), s.dtype, {d.N, s.Nv, s.Dv});
-      const Status st = DecodeStep(di, dout, opt);
-      EXPECT_TRUE(st.ok()) << st.message();
-      for (int64_t n = 0; n < d.N; ++n) {
-        std::memcpy(&out[(n * d.K + j) * out_row], &o[n * out_row], out_row);
-        const uint8_t* sl = d.Slot(pool, d.src[static_cast<size_t>(n)]);
-        states[n][j].assign(sl, sl + d.SlotBytes());
-      }
-    }
-  }
-};
 
 struct Measured {
   double out = 0, state = 0, out_round = 0, state_round = 0;
@@ -272,7 +142,7 @@ TEST(DecodeKda, F32MatchesFp64OnEveryTarget) {
     for (const Shape& sh : shapes) {
       for (Gate gate : kGates) {
         for (int64_t K : {1, 3}) {
-          Draft d = Draft::For(layout, sh.Nk, sh.Nv, sh.Dk, sh.Dv, gate, 3, K);
+          Draft d = KdaDraft(layout, sh.Nk, sh.Nv, sh.Dk, sh.Dv, gate, 3, K);
           double worst_out = 0, worst_state = 0;
           ForEachTarget([&](const std::string& target) {
             SCOPED_TRACE(std::string(StateLayoutName(layout)) + " " + std::to_string(sh.Dk) + "x" +
@@ -301,7 +171,7 @@ TEST(DecodeKda, RawGateWithoutDtBiasMatchesFp64) {
     for (Gate gate : {Gate::kRaw, Gate::kRawBound, Gate::kRawBoundNoALog}) {
       for (int64_t K : {1, 4}) {
         SCOPED_TRACE(std::string(StateLayoutName(layout)) + " " + GateName(gate) + " K " + std::to_string(K));
-        Draft d = Draft::For(layout, 2, 4, 33, 17, gate, 3, K);
+        Draft d = KdaDraft(layout, 2, 4, 33, 17, gate, 3, K);
         d.no_dt_bias = true;
         const Measured m = AgainstFp64(d);
         EXPECT_LE(m.out, 1e-5);
@@ -322,7 +192,7 @@ TEST(DecodeKda, SixteenBitMatchesFp64) {
         for (int64_t K : {1, 3}) {
           SCOPED_TRACE(std::string(StateLayoutName(layout)) + " " + DTypeName(dt) + " pool " + DTypeName(pool_dt) + " " +
                        GateName(gate) + " K " + std::to_string(K));
-          Draft d = Draft::For(layout, 2, 4, 33, 17, gate, 3, K, dt, pool_dt);
+          Draft d = KdaDraft(layout, 2, 4, 33, 17, gate, 3, K, dt, pool_dt);
           const Measured m = AgainstFp64(d);
           const double steps = pool_dt == DType::kF32 ? 0.0 : static_cast<double>(K);
           EXPECT_LE(m.out, 2.0 * m.out_round + 2.0 * steps * m.state_round + 2e-5) << m.out_round;
@@ -340,8 +210,8 @@ TEST(DecodeKda, SixteenBitPoolIsTheRoundedF32PoolOnEveryTarget) {
   for (DType pd : {DType::kBF16, DType::kF16}) {
     for (StateLayout layout : {StateLayout::kVK, StateLayout::kKV}) {
       for (Gate gate : {Gate::kG, Gate::kRawBound}) {
-        Draft d16 = Draft::For(layout, 1, 2, 19, 23, gate, 3, 1, DType::kF32, pd);
-        Draft d32 = Draft::For(layout, 1, 2, 19, 23, gate, 3, 1, DType::kF32, DType::kF32);
+        Draft d16 = KdaDraft(layout, 1, 2, 19, 23, gate, 3, 1, DType::kF32, pd);
+        Draft d32 = KdaDraft(layout, 1, 2, 19, 23, gate, 3, 1, DType::kF32, DType::kF32);
         for (int64_t sl = 0; sl < d16.P * d16.slot; ++sl) {  // same 16-bit representable start in both
           StoreFromF32(d32.pool.data(), DType::kF32, sl, LoadAsF32(d16.pool.data(), pd, sl));
         }
@@ -372,61 +242,13 @@ TEST(DecodeKda, SixteenBitPoolIsTheRoundedF32PoolOnEveryTarget) {
 
 // ------------------------------------------------------- bitwise properties
 
-enum class Mode { kSlots, kDense, kInPlace };
-const char* ModeName(Mode m) { return m == Mode::kSlots ? "slots" : m == Mode::kDense ? "dense" : "in place"; }
-
-// The token axis and K single steps agree bit for bit: out, and the state
-// after every token where the mode puts it; nothing else in the pool moves.
-void ExpectEqualsSingleSteps(Draft& d, Mode mode, int threads = 0) {
-  const Options opt = d.options(threads);
-  SingleSteps ref(d, opt);
-  Buf pool = d.pool;
-  const Buf pool_before = pool;
-  DecodeInputs in = d.Inputs(pool);
-  Buf out(ref.out.size()), states;
-  DecodeOutputs o;
-  o.out = d.OutView(out);
-  std::vector<int32_t> dst(static_cast<size_t>(d.N * d.K));
-  for (int64_t i = 0; i < d.N * d.K; ++i) dst[i] = static_cast<int32_t>(i);
-  if (mode == Mode::kSlots) {
-    dst[d.K - 1] = d.src[0];  // sequence 0's last token overwrites its own source
-    in.dst_indices = TensorView(dst.data(), DType::kI32, {d.N, d.K});
-  } else if (mode == Mode::kDense) {
-    states.assign(static_cast<size_t>(d.N * d.K) * d.SlotBytes(), 0);
-    const TensorView pv = d.PoolView(pool);
-    o.states = TensorView(states.data(), d.pool_dtype, {d.N * d.K, pv.shape[1], pv.shape[2], pv.shape[3]});
-  }
-  const Status st = DecodeStep(in, o, opt);
-  ASSERT_TRUE(st.ok()) << st.message();
-  EXPECT_EQ(out, ref.out) << "out";
-  Buf expect_pool = pool_before;
-  for (int64_t n = 0; n < d.N; ++n) {
-    for (int64_t j = 0; j < d.K; ++j) {
-      const Buf& want = ref.states[n][j];
-      const uint8_t* got = nullptr;
-      int64_t slot = -1;
-      if (mode == Mode::kSlots) slot = dst[n * d.K + j];
-      if (mode == Mode::kInPlace && j == d.K - 1) slot = d.src[static_cast<size_t>(n)];
-      if (slot >= 0) {
-        got = d.Slot(pool, slot);
-        std::memcpy(d.Slot(expect_pool, slot), want.data(), want.size());
-      }
-      if (mode == Mode::kDense) got = states.data() + (n * d.K + j) * d.SlotBytes();
-      if (got) {
-        EXPECT_EQ(std::memcmp(got, want.data(), want.size()), 0) << "state of sequence " << n << " after token " << j;
-      }
-    }
-  }
-  EXPECT_EQ(pool, expect_pool) << "pool bytes outside the destinations changed";
-}
-
 TEST(DecodeKda, TokenAxisEqualsSingleStepsBitwise) {
   for (StateLayout layout : {StateLayout::kVK, StateLayout::kKV}) {
     for (const auto& [dt, pool_dt] : {std::tuple{DType::kF32, DType::kF32}, std::tuple{DType::kBF16, DType::kBF16},
                                       std::tuple{DType::kF16, DType::kF16}, std::tuple{DType::kBF16, DType::kF32}}) {
       for (Gate gate : kGates) {
         for (int64_t K : {4, 16}) {
-          Draft d = Draft::For(layout, 2, 4, 37, 21, gate, 3, K, dt, pool_dt);
+          Draft d = KdaDraft(layout, 2, 4, 37, 21, gate, 3, K, dt, pool_dt);
           for (Mode mode : {Mode::kSlots, Mode::kDense, Mode::kInPlace}) {
             SCOPED_TRACE(std::string(StateLayoutName(layout)) + " " + DTypeName(dt) + " pool " + DTypeName(pool_dt) +
                          " " + GateName(gate) + " " + ModeName(mode) + " K " + std::to_string(K));
@@ -449,7 +271,7 @@ TEST(DecodeKda, TokenAxisEqualsSingleStepsOnEveryTarget) {
             std::tuple{int64_t{32}, int64_t{32}, false}}) {
         CaseSpec spec = KdaSpec(layout, 1, 2, Dk, Dv, Gate::kRawBound, DType::kF32, pool_dt);
         spec.per_channel_gate = per_channel;
-        Draft d(spec, 3, 4);
+        Draft d(spec, 3, 4, spec.state_dtype);
         ForEachTarget([&](const std::string& target) {
           SCOPED_TRACE(std::string(StateLayoutName(layout)) + " pool " + DTypeName(pool_dt) + " " + std::to_string(Dk) +
                        "x" + std::to_string(Dv) + (per_channel ? " per channel " : " scalar gate ") + target);
@@ -464,7 +286,7 @@ TEST(DecodeKda, TokenAxisEqualsSingleStepsOnEveryTarget) {
 TEST(DecodeKda, BitwiseAcrossThreadCounts) {
   for (StateLayout layout : {StateLayout::kVK, StateLayout::kKV}) {
     for (int64_t K : {1, 4}) {
-      Draft d = Draft::For(layout, 2, 4, 64, 48, Gate::kRawBound, 5, K);
+      Draft d = KdaDraft(layout, 2, 4, 64, 48, Gate::kRawBound, 5, K);
       Buf ref_pool, ref_out;
       for (int threads : {1, 2, 3, 8}) {
         SCOPED_TRACE(std::string(StateLayoutName(layout)) + " K " + std::to_string(K) + " threads " + std::to_string(threads));
@@ -497,7 +319,8 @@ TEST(DecodeKda, EqualChannelsAreTheScalarGateBitwise) {
         for (int64_t K : {1, 4}) {
           CaseSpec spec = KdaSpec(layout, 2, 4, 37, 21, gate, DType::kF32, pool_dt);
           spec.per_channel_gate = false;  // the scalar-gate case ...
-          Draft scalar(spec, 3, K, gate == Gate::kRawBoundNoALog);
+          Draft scalar(spec, 3, K, spec.state_dtype);
+          scalar.no_a_log = gate == Gate::kRawBoundNoALog;
           // ... and its per-channel copy: every channel of head h carries g[t, h] (a[t, h], dt_bias[h]).
           const int64_t T = scalar.N * scalar.K, Nv = spec.Nv, Dk = spec.Dk;
           const cgdr::Inputs sin = scalar.PrefillInputs();
@@ -546,7 +369,7 @@ TEST(DecodeKda, UnrolledDk128IsTheRunTimeLengthKernelBitwise) {
       for (int64_t K : {1, 3}) {
         CaseSpec spec = KdaSpec(StateLayout::kVK, 1, 2, 128, 21, Gate::kRawBound, DType::kF32, pool_dt);
         spec.per_channel_gate = per_channel;
-        Draft d(spec, 3, K);
+        Draft d(spec, 3, K, spec.state_dtype);
         ForEachTarget([&](const std::string& target) {
           SCOPED_TRACE(std::string(per_channel ? "per-channel" : "scalar") + " gate, pool " + DTypeName(pool_dt) +
                        " K " + std::to_string(K) + " " + target);
@@ -576,7 +399,7 @@ TEST(DecodeKda, SkippedRows) {
   for (StateLayout layout : {StateLayout::kVK, StateLayout::kKV}) {
     for (int64_t K : {1, 4}) {
       SCOPED_TRACE(std::string(StateLayoutName(layout)) + " K " + std::to_string(K));
-      Draft d = Draft::For(layout, 1, 2, 17, 33, Gate::kRaw, 3, K);
+      Draft d = KdaDraft(layout, 1, 2, 17, 33, Gate::kRaw, 3, K);
       Buf full_pool = d.pool, full_out(static_cast<size_t>(d.N * d.K) * d.OutRowBytes());
       DecodeOutputs fo;
       fo.out = d.OutView(full_out);
@@ -647,10 +470,10 @@ TEST(DecodeKda, BadGateShapesAreRefusedBeforeAnythingIsWritten) {
     const auto gate_shape = [&](int64_t last) {
       return K == 1 ? std::vector<int64_t>{N, Nv, last} : std::vector<int64_t>{N, K, Nv, last};
     };
-    Draft g = Draft::For(StateLayout::kKV, 1, Nv, Dk, 33, Gate::kG, N, K);
+    Draft g = KdaDraft(StateLayout::kKV, 1, Nv, Dk, 33, Gate::kG, N, K);
     ExpectRejected(g, K, [&](DecodeInputs& in, Options&) { in.g = TensorView(wide.data(), DType::kF32, gate_shape(Dk + 1)); },
                    "g");
-    Draft raw = Draft::For(StateLayout::kVK, 1, Nv, Dk, 33, Gate::kRaw, N, K);
+    Draft raw = KdaDraft(StateLayout::kVK, 1, Nv, Dk, 33, Gate::kRaw, N, K);
     ExpectRejected(raw, K, [&](DecodeInputs& in, Options&) { in.dt_bias = TensorView(narrow.data(), DType::kF32, {Nv}); },
                    "dt_bias");
     ExpectRejected(raw, K, [&](DecodeInputs& in, Options&) { in.a = TensorView(wide.data(), DType::kF32, gate_shape(Dk + 1)); },

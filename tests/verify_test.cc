@@ -21,143 +21,17 @@
 #include "core/dtype.h"
 #include "core/synthetic.h"
 #include "reference/reference.h"
+#include "draft_util.h"
 #include "test_util.h"
 
 namespace cgdr {
 namespace {
 
-// Line-aligned storage, as a torch tensor's: destinations of whole vectors
-// then take verify's streaming stores (a slot stride or a tail can still
-// leave a destination unaligned: the copy path).
-template <class T>
-struct LineAligned {
-  using value_type = T;
-  LineAligned() = default;
-  template <class U>
-  LineAligned(const LineAligned<U>&) {}  // NOLINT: allocators convert implicitly
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
-  bool operator==(const LineAligned&) const { return true; }
-};
-using Buf = std::vector<uint8_t, LineAligned<uint8_t>>;
-
-// Rows {n * K + j : n < N} of a [N * K, ...] tensor as a dense [N, ...] buffer.
-Buf TokenRows(const TensorView& t, int64_t N, int64_t K, int64_t j) {
-  const size_t row = static_cast<size_t>(t.numel() / t.shape[0]) * DTypeSize(t.dtype);
-  Buf b(static_cast<size_t>(N) * row);
-  for (int64_t n = 0; n < N; ++n) std::memcpy(&b[n * row], static_cast<const uint8_t*>(t.data) + (n * K + j) * row, row);
-  return b;
-}
-
-// `t` [N * K, d...] seen as [N, K, d...] (the token axis), or [N, d...] rows of buffer b.
-TensorView WithTokenAxis(const TensorView& t, int64_t N, int64_t K) {
-  if (!t.present()) return t;
-  std::vector<int64_t> dims{N, K};
-  for (int i = 1; i < t.rank; ++i) dims.push_back(t.shape[i]);
-  return TensorView(t.data, t.dtype, dims);
-}
-TensorView Over(Buf& b, const TensorView& like, int64_t N) {
-  if (!like.present()) return like;
-  TensorView v = like;
-  v.data = b.data();
-  v.shape[0] = N;
-  return v;
-}
-
-// N sequences of K draft tokens: a prefill case of N sequences of K tokens
-// each, whose [N * K, ...] tensors are the [N, K, ...] decode inputs; a pool
-// of P = N (K + 1) + 2 slots (a marker in the gaps of a slot stride and in
-// the unused slots) holding sequence n's initial state at slot src[n] =
-// P - 1 - n, above the N K slots 0 .. N K - 1 the tests write.
-struct Draft {
-  Case c;
-  int64_t N, K, P, slot, stride;
-  DType pool_dtype;
-  Buf pool;
-  std::vector<int32_t> src;
-  Draft(CaseSpec spec, int64_t n, int64_t k, DType pool_dt, int64_t gap = 0)
-      : N(n), K(k), P(n * (k + 1) + 2), pool_dtype(pool_dt) {
-    spec.lens.assign(static_cast<size_t>(n), static_cast<int32_t>(k));
-    c = MakeCase(spec);
-    slot = spec.Nv * spec.Dk * spec.Dv;
-    stride = slot + gap;
-    pool.assign(static_cast<size_t>((P - 1) * stride + slot) * DTypeSize(pool_dt), 0x3C);
-    for (int64_t i = 0; i < N; ++i) {
-      src.push_back(static_cast<int32_t>(P - 1 - i));
-      for (int64_t e = 0; e < slot; ++e) {
-        StoreFromF32(pool.data(), pool_dt, src.back() * stride + e, LoadAsF32(c.initial_state.data(), spec.state_dtype, i * slot + e));
-      }
-    }
-  }
-  Options options(int threads = 0) const {
-    Options o = c.options();
-    o.threads = threads;
-    o.state_slot_stride = stride == slot ? 0 : stride;
-    return o;
-  }
-  TensorView PoolView(Buf& b) const {
-    const bool kv = c.spec.layout == StateLayout::kKV;
-    return TensorView(b.data(), pool_dtype, {P, c.spec.Nv, kv ? c.spec.Dk : c.spec.Dv, kv ? c.spec.Dv : c.spec.Dk});
-  }
-  size_t SlotBytes() const { return static_cast<size_t>(slot) * DTypeSize(pool_dtype); }
-  const uint8_t* Slot(const Buf& b, int64_t s) const { return b.data() + s * stride * static_cast<int64_t>(DTypeSize(pool_dtype)); }
-  // The verify call's inputs over the case's tensors (a token axis of K).
-  DecodeInputs Inputs(Buf& pool_buf) {
-    const cgdr::Inputs in = c.inputs();
-    DecodeInputs d;
-    d.query = WithTokenAxis(in.query, N, K);
-    d.key = WithTokenAxis(in.key, N, K);
-    d.value = WithTokenAxis(in.value, N, K);
-    d.beta = WithTokenAxis(in.beta, N, K);
-    d.g = WithTokenAxis(in.g, N, K);
-    d.a = WithTokenAxis(in.a, N, K);
-    d.A_log = in.A_log;
-    d.dt_bias = in.dt_bias;
-    d.state_pool = PoolView(pool_buf);
-    d.state_indices = TensorView(src.data(), DType::kI32, {N});
-    return d;
-  }
-};
-
-// K single steps on a copy of the pool: out rows [N, K, Nv, Dv] and the state
-// of every sequence after every token [N][K] (its slot's bytes).
-struct SingleSteps {
-  Buf out, pool;
-  std::vector<std::vector<Buf>> states;
-  SingleSteps(Draft& d, const Options& opt) : pool(d.pool) {
-    const cgdr::Inputs in = d.c.inputs();
-    const CaseSpec& s = d.c.spec;
-    const size_t out_row = static_cast<size_t>(s.Nv * s.Dv) * DTypeSize(s.dtype);
-    out.assign(static_cast<size_t>(d.N * d.K) * out_row, 0);
-    states.assign(static_cast<size_t>(d.N), std::vector<Buf>(static_cast<size_t>(d.K)));
-    for (int64_t j = 0; j < d.K; ++j) {
-      Buf q = TokenRows(in.query, d.N, d.K, j), k = TokenRows(in.key, d.N, d.K, j);
-      Buf v = TokenRows(in.value, d.N, d.K, j), beta = TokenRows(in.beta, d.N, d.K, j);
-      Buf g = in.g.present() ? TokenRows(in.g, d.N, d.K, j) : Buf(), a = in.a.present() ? TokenRows(in.a, d.N, d.K, j) : Buf();
-      Buf o(static_cast<size_t>(d.N) * out_row);
-      DecodeInputs di;
-      di.query = Over(q, in.query, d.N);
-      di.key = Over(k, in.key, d.N);
-      di.value = Over(v, in.value, d.N);
-      di.beta = Over(beta, in.beta, d.N);
-      di.g = Over(g, in.g, d.N);
-      di.a = Over(a, in.a, d.N);
-      di.A_log = in.A_log;
-      di.dt_bias = in.dt_bias;
-      di.state_pool = d.PoolView(pool);
-      di.state_indices = TensorView(d.src.data(), DType::kI32, {d.N});
-      DecodeOutputs dout;
-      dout.out = TensorView(o.data(), s.dtype, {d.N, s.Nv, s.Dv});
-      const Status st = DecodeStep(di, dout, opt);
-      EXPECT_TRUE(st.ok()) << st.message();
-      for (int64_t n = 0; n < d.N; ++n) {
-        std::memcpy(&out[(n * d.K + j) * out_row], &o[n * out_row], out_row);
-        const uint8_t* slot = d.Slot(pool, d.src[static_cast<size_t>(n)]);
-        states[n][j].assign(slot, slot + d.SlotBytes());
-      }
-    }
-  }
-};
+using testing::Buf;
+using testing::Draft;
+using testing::ExpectEqualsSingleSteps;
+using testing::Mode;
+using testing::ModeName;
 
 CaseSpec VerifySpec(StateLayout layout, DType dt, bool gate, bool sigmoid) {
   CaseSpec s;
@@ -174,56 +48,11 @@ CaseSpec VerifySpec(StateLayout layout, DType dt, bool gate, bool sigmoid) {
   return s;
 }
 
-enum class Mode { kSlots, kDense, kInPlace };
-const char* ModeName(Mode m) { return m == Mode::kSlots ? "slots" : m == Mode::kDense ? "dense" : "in place"; }
-
-// The verify call and K single steps agree bit for bit: out, and the state
-// after every token where the mode puts it; nothing else in the pool moves.
-void ExpectEqualsSingleSteps(Draft& d, Mode mode, int threads) {
-  const Options opt = d.options(threads);
-  SingleSteps ref(d, opt);
-  Buf pool = d.pool;
-  const Buf pool_before = pool;
-  DecodeInputs in = d.Inputs(pool);
-  const CaseSpec& s = d.c.spec;
-  Buf out(ref.out.size()), states;
-  DecodeOutputs o;
-  o.out = TensorView(out.data(), s.dtype, {d.N, d.K, s.Nv, s.Dv});
-  // Slots: token j of sequence n to slot n K + j, except that sequence 0's
-  // last token overwrites its own source and the next entry is not written.
-  std::vector<int32_t> dst(static_cast<size_t>(d.N * d.K));
-  for (int64_t i = 0; i < d.N * d.K; ++i) dst[i] = static_cast<int32_t>(i);
-  if (mode == Mode::kSlots) {
-    dst[d.K - 1] = d.src[0];
-    dst[d.K] = -1;
-    in.dst_indices = TensorView(dst.data(), DType::kI32, {d.N, d.K});
-  } else if (mode == Mode::kDense) {
-    states.assign(static_cast<size_t>(d.N * d.K) * d.SlotBytes(), 0);
-    const TensorView pv = d.PoolView(pool);
-    o.states = TensorView(states.data(), d.pool_dtype, {d.N * d.K, pv.shape[1], pv.shape[2], pv.shape[3]});
-  }
-  const Status st = DecodeStep(in, o, opt);
-  ASSERT_TRUE(st.ok()) << st.message();
-  EXPECT_EQ(out, ref.out) << "out";
-  Buf expect_pool = pool_before;
-  for (int64_t n = 0; n < d.N; ++n) {
-    for (int64_t j = 0; j < d.K; ++j) {
-      const Buf& want = ref.states[n][j];
-      const uint8_t* got = nullptr;
-      int64_t slot = -1;
-      if (mode == Mode::kSlots) slot = dst[n * d.K + j];
-      if (mode == Mode::kInPlace && j == d.K - 1) slot = d.src[static_cast<size_t>(n)];
-      if (slot >= 0) {
-        got = d.Slot(pool, slot);
-        std::memcpy(expect_pool.data() + (d.Slot(pool, slot) - pool.data()), want.data(), want.size());
-      }
-      if (mode == Mode::kDense) got = states.data() + (n * d.K + j) * d.SlotBytes();
-      if (got) {
-        EXPECT_EQ(std::memcmp(got, want.data(), want.size()), 0) << "state of sequence " << n << " after token " << j;
-      }
-    }
-  }
-  EXPECT_EQ(pool, expect_pool) << "pool bytes outside the destinations changed";
+// A verify call has its token axis even for one token ([N, 1, ...]).
+Draft VerifyDraft(const CaseSpec& spec, int64_t n, int64_t k, DType pool_dt, int64_t gap = 0) {
+  Draft d(spec, n, k, pool_dt, gap);
+  d.token_axis_for_one = true;
+  return d;
 }
 
 TEST(Verify, EqualsSingleStepsBitwise) {
@@ -234,7 +63,7 @@ TEST(Verify, EqualsSingleStepsBitwise) {
         for (int64_t K : {1, 4, 16}) {
           SCOPED_TRACE(std::string(StateLayoutName(layout)) + " " + DTypeName(dt) + " pool " + DTypeName(pool_dt) + " " +
                        ModeName(mode) + " K " + std::to_string(K));
-          Draft d(VerifySpec(layout, dt, K == 4, K != 1), 3, K, pool_dt);
+          Draft d = VerifyDraft(VerifySpec(layout, dt, K == 4, K != 1), 3, K, pool_dt);
           ExpectEqualsSingleSteps(d, mode, 0);
         }
       }
@@ -251,7 +80,7 @@ TEST(Verify, StreamedDestinationsBitwise) {
       CaseSpec spec = VerifySpec(layout, DType::kF32, true, true);
       spec.Dk = 32;
       spec.Dv = 12;
-      Draft d(spec, 3, 4, pool_dt);
+      Draft d = VerifyDraft(spec, 3, 4, pool_dt);
       ExpectEqualsSingleSteps(d, Mode::kSlots, 0);
       ExpectEqualsSingleSteps(d, Mode::kDense, 0);
     }
@@ -265,7 +94,7 @@ TEST(Verify, BitwiseAcrossThreadsAndWithASlotStride) {
       CaseSpec spec = VerifySpec(layout, DType::kBF16, true, true);
       spec.Dk = 64;
       spec.Dv = 48;  // big enough to run on several threads
-      Draft d(spec, 5, 4, DType::kBF16, /*gap=*/40);
+      Draft d = VerifyDraft(spec, 5, 4, DType::kBF16, /*gap=*/40);
       ExpectEqualsSingleSteps(d, Mode::kSlots, threads);
       ExpectEqualsSingleSteps(d, Mode::kDense, threads);
     }
@@ -274,7 +103,7 @@ TEST(Verify, BitwiseAcrossThreadsAndWithASlotStride) {
 
 // A skipped row (negative source): out and its dense states are zeros, no slot is written.
 TEST(Verify, SkippedRows) {
-  Draft d(VerifySpec(StateLayout::kKV, DType::kF32, false, false), 3, 4, DType::kF32);
+  Draft d = VerifyDraft(VerifySpec(StateLayout::kKV, DType::kF32, false, false), 3, 4, DType::kF32);
   Buf pool = d.pool;
   DecodeInputs in = d.Inputs(pool);
   d.src[1] = -1;
@@ -293,7 +122,7 @@ TEST(Verify, SkippedRows) {
 // FP64 recurrence (K tokens of N sequences as a prefill of N sequences).
 TEST(Verify, GateMeetsSpec6) {
   for (StateLayout layout : {StateLayout::kVK, StateLayout::kKV}) {
-    Draft d(VerifySpec(layout, DType::kF32, true, true), 3, 5, DType::kF32);
+    Draft d = VerifyDraft(VerifySpec(layout, DType::kF32, true, true), 3, 5, DType::kF32);
     Buf pool = d.pool;
     DecodeInputs in = d.Inputs(pool);
     Buf out(static_cast<size_t>(3 * 5 * 4 * 21) * 4), states(static_cast<size_t>(15) * d.SlotBytes());
