@@ -21,10 +21,11 @@ import datetime
 import inspect
 import json
 import os
-import platform
 import statistics
 import sys
 import time
+
+from compare_torch import cpu_name  # the script's folder is on sys.path
 
 
 def parse():
@@ -43,17 +44,6 @@ def parse():
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--plot", help="draw the times here (PNG; needs matplotlib)")
     return p.parse_args()
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def median_time(fn, repeats):

@@ -52,7 +52,7 @@ HERE = Path(__file__).resolve().parent
 for sub in (HERE, HERE.parent / "python" / "tests_clients"):
     sys.path.insert(0, str(sub))
 
-from compare_torch import error_heads, import_cgdr  # noqa: E402  (stdlib only at import)
+from compare_torch import cpu_name, error_heads, import_cgdr  # noqa: E402  (stdlib only at import)
 
 NK, NV, D = 16, 32, 128
 EPS = 1e-6  # the q/k l2norm eps of transformers and fla; vLLM's op takes it as an argument
@@ -74,8 +74,8 @@ def parse():
 
 
 def cpu_description():
-    """The CPU as /proc/cpuinfo names it, with its family and model (and, for
-    AMD, the Zen generation they mean), the CPUs this process may use, AMX."""
+    """The CPU as cgdr names it (cpu_name: brand, AMD's generation, family and
+    model), the CPUs this process may use, AMX and AVX512_BF16."""
     info = {}
     try:
         for line in open("/proc/cpuinfo"):
@@ -83,15 +83,9 @@ def cpu_description():
             info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    name = info.get("model name", "unknown CPU")
-    family, model = int(info.get("cpu family", 0) or 0), int(info.get("model", 0) or 0)
-    zen = ""
-    if info.get("vendor_id") == "AuthenticAMD":
-        zen = {23: "Zen/Zen 2", 25: "Zen 3" if model < 0x10 or 0x20 <= model < 0x60 else "Zen 4",
-               26: "Zen 5"}.get(family, "")
     flags = info.get("flags", "").split()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (f"{name}{' ' + zen if zen else ''} (family {family} model {model}), {cpus} vCPUs, "
+    return (f"{cpu_name()}, {cpus} vCPUs, "
             f"{'AMX' if 'amx_bf16' in flags else 'no AMX'}{', AVX512_BF16' if 'avx512_bf16' in flags else ''}")
 
 

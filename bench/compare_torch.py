@@ -91,14 +91,26 @@ def median_time(fn, repeats):
 
 
 def cpu_name():
+    """The CPU for a figure's caption, as `cgdr bench` names it: cgdr's
+    cpu_description() (brand string, AMD's core generation, family and model:
+    a VM's brand string can be "AMD EPYC" on Zen 3, 4 and 5 alike). Without
+    cgdr (bench/plot.py in a bare Python), /proc/cpuinfo's model name with its
+    family and model."""
+    try:
+        import cgdr
+        return cgdr.cpu_description()
+    except (ImportError, AttributeError):
+        pass
+    info = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return "unknown CPU"
+    name = info.get("model name", "unknown CPU")
+    return f"{name} (family {info['cpu family']} model {info['model']})" if "cpu family" in info else name
 
 
 def error_heads(hv, n):

@@ -26,7 +26,6 @@ named in the header.
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python" / "tests"))  # _vllm_cases: inputs and the FP64 judge
+from compare_torch import cpu_name  # noqa: E402  (the script's folder is on sys.path)
 
 NK, NV, D = 16, 32, 128
 
@@ -53,16 +53,6 @@ def parse():
     p.add_argument("--no-isa-limit", action="store_true", help="skip the AVX512_CORE_BF16 child run")
     p.add_argument("--prefill-only", action="store_true", help=argparse.SUPPRESS)  # the child run
     return p.parse_args()
-
-
-def cpu_name():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def has_amx():

@@ -24,10 +24,11 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
+
+from compare_torch import cpu_name  # the script's folder is on sys.path
 
 
 def parse():
@@ -45,17 +46,6 @@ def parse():
     if not a.json and not a.run and not a.peers:
         p.error("give bench JSON files, --run CGDR or --peers PEERS.json")
     return a
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def run_bench(cgdr, Ts, threads, reps):

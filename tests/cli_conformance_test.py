@@ -538,6 +538,10 @@ def test_bench_target_runs_every_row_and_the_peak_there(tmp_path):
     assert re.search(rf"lanes, {lowest.upper()}\)", p.stdout), p.stdout
     rows = json.loads(path.read_text())
     assert rows and all(r["target"] == lowest.upper() and r["engine"] == lowest for r in rows), rows
+    # The CPU named in the header and on every row, with its family and model.
+    cpu = re.search(r"^cgdr bench: (.*\(family \d+ model \d+\)), kernel target", p.stdout, re.M)
+    assert cpu, p.stdout
+    assert all(r["cpu"] == cpu.group(1) for r in rows), rows
 
 
 def test_bench_precision_table_has_the_kda_section(tmp_path):

@@ -666,7 +666,7 @@ section_demo() {
   expect_ok "demo" "$CGDR" demo --t 300 --dir "$W"
   for word in "case:" "run:" "GFLOP/s" "rel err" "demo: PASS"; do expect_stdout_has "demo" "$word"; done
   expect_stdout_line "demo" '^time: +[0-9]+\.[0-9]+ ms, the median of 5 calls after a warm-up'
-  expect_stdout_line "demo" '^peak: +[0-9]+\.[0-9] GFLOP/s, this machine.s FP32 FMA peak on [0-9]+ threads?'
+  expect_stdout_line "demo" '^peak: +[0-9]+\.[0-9] GFLOP/s, the FP32 FMA peak of this .* \(family [0-9]+ model [0-9]+\) on [0-9]+ threads?'
   expect_stdout_line "demo" '^speed: +[0-9]+\.[0-9] GFLOP/s algorithmic .*: [0-9]+\.[0-9]% of FP32 peak$'
   expect_stdout_line "demo" '^baseline: the recurrent form \(algo recurrent, C = 1\) .* runs [0-9]+\.[0-9]+x as fast$'
   expect_stdout_line "demo" '^check vs FP64 '

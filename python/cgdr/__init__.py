@@ -29,7 +29,7 @@ from ._options import _choice, _eps, _lower_bound, _scale, _threads
 
 __version__ = "0.1.0"
 __all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_tnd", "recurrent_step", "chunk_kda", "fused_recurrent_kda",
-           "active_target", "golden", "compare"]
+           "active_target", "cpu_description", "golden", "compare"]
 
 _ALGOS = ("auto", "recurrent", "chunk16", "chunk32", "chunk64", "chunk128")
 
@@ -37,6 +37,13 @@ _ALGOS = ("auto", "recurrent", "chunk16", "chunk32", "chunk64", "chunk128")
 def active_target():
     """The SIMD target the kernels dispatch to on this CPU ("AVX3", "AVX2", ...)."""
     return _cgdr.active_target()
+
+
+def cpu_description():
+    """The CPU to name beside a figure: CPUID's brand string (a VM's may be as
+    vague as "AMD EPYC"), AMD's core generation, and the family and model, e.g.
+    "AMD EPYC, Zen 5 (family 26 model 2)"."""
+    return _cgdr.cpu_description()
 
 
 def _layout(state_layout):

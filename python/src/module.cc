@@ -22,6 +22,7 @@
 #include "cgdr/cgdr.hpp"
 #include "bench/peak.h"
 #include "core/alloc.h"
+#include "core/cpu_features.h"
 #include "cgdr/decode.hpp"
 #include "golden/compare.h"
 #include "golden/golden.h"
@@ -297,6 +298,8 @@ PYBIND11_MODULE(_cgdr, m) {
         py::arg("dst_indices") = py::none(), py::arg("states") = py::none(), py::arg("state_slot_stride") = 0,
         py::arg("qk_l2norm_eps") = 1e-6, py::arg("gate_lower_bound") = 0.0, "Runs cgdr::DecodeStep (a token axis: SPEC 6d); updates state_pool in place and writes out and states.");
   m.def("active_target", &cgdr::ActiveTarget, "The SIMD target dispatch uses (AVX3, AVX2, SSE4, ...).");
+  m.def("cpu_description", &cgdr::CpuDescription,
+        "The CPU for a figure's caption: its brand string, AMD's core generation, family and model.");
   m.def(
       "fma_peak",
       [](int threads, double seconds) {

@@ -280,3 +280,22 @@ def test_prefill_outputs_it_allocates_go_through_the_advice(monkeypatch):
     seen.clear()
     cgdr.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True, final_state=fs)
     assert seen == [(1, T, HV, DV)]
+
+
+def test_cpu_description_names_family_and_model():
+    """cgdr.cpu_description() (the bench scripts' caption) carries /proc/cpuinfo's
+    family and model, which tell Zen 3, 4 and 5 apart where a VM's brand string
+    is "AMD EPYC" on all three."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
+    except OSError:
+        pytest.skip("no /proc/cpuinfo")
+    if "cpu family" not in info:
+        pytest.skip("no x86 family in /proc/cpuinfo")
+    d = cgdr.cpu_description()
+    assert f"(family {info['cpu family']} model {info['model']})" in d, d
+    assert d.startswith(info["model name"]), d

@@ -141,6 +141,62 @@ bool AmxHardwareEnabled() { return g_amx_mode.load(std::memory_order_relaxed) !=
 
 void SetAmxHardwareForTest(int mode) { g_amx_mode.store(mode, std::memory_order_relaxed); }
 
+CpuSignature DecodeCpuSignature(uint32_t eax) {
+  const int base_family = static_cast<int>((eax >> 8) & 0xF), base_model = static_cast<int>((eax >> 4) & 0xF);
+  CpuSignature s;
+  s.family = base_family == 0xF ? base_family + static_cast<int>((eax >> 20) & 0xFF) : base_family;
+  s.model = base_family == 6 || base_family == 0xF ? base_model | static_cast<int>((eax >> 16) & 0xF) << 4 : base_model;
+  return s;
+}
+
+namespace {
+
+// AMD's family and model ranges per core generation (AMD's revision guides;
+// the ones cgdr has been measured on: Zen 1, 3, 4, 5).
+const char* ZenGeneration(CpuSignature s) {
+  if (s.family == 0x17) return s.model >= 0x30 ? "Zen 2" : "Zen";
+  if (s.family == 0x19) {
+    const bool zen4 = (s.model >= 0x10 && s.model < 0x20) || (s.model >= 0x60 && s.model < 0x80) ||
+                      (s.model >= 0xA0 && s.model < 0xB0);
+    return zen4 ? "Zen 4" : "Zen 3";
+  }
+  if (s.family == 0x1A) return "Zen 5";
+  return nullptr;
+}
+
+}  // namespace
+
+std::string DescribeCpu(const std::string& brand, bool amd, CpuSignature sig) {
+  // The brand string is space-padded (on either side, by vendor).
+  const size_t first = brand.find_first_not_of(' '), last = brand.find_last_not_of(' ');
+  std::string out = first == std::string::npos ? "unknown CPU" : brand.substr(first, last - first + 1);
+  const char* zen = amd ? ZenGeneration(sig) : nullptr;
+  if (zen) out += std::string(", ") + zen;
+  return out + " (family " + std::to_string(sig.family) + " model " + std::to_string(sig.model) + ")";
+}
+
+std::string CpuDescription() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  std::string brand;
+  if (__get_cpuid(0x80000000u, &a, &b, &c, &d) && a >= 0x80000004u) {
+    for (unsigned leaf = 0x80000002u; leaf <= 0x80000004u; ++leaf) {
+      __get_cpuid(leaf, &a, &b, &c, &d);
+      for (unsigned reg : {a, b, c, d}) {
+        for (int byte = 0; byte < 4; ++byte) {
+          const char ch = static_cast<char>((reg >> (8 * byte)) & 0xFF);
+          if (ch != '\0') brand += ch;
+        }
+      }
+    }
+  }
+  if (!__get_cpuid(1, &a, &b, &c, &d)) a = 0;
+  return DescribeCpu(brand, CpuIsAmd(), DecodeCpuSignature(a));
+#else
+  return "unknown CPU (not x86)";
+#endif
+}
+
 int64_t L2CacheBytes() {
   namespace fs = std::filesystem;
   for (int i = 0; i < 8; ++i) {

@@ -52,6 +52,22 @@ void SetAmxHardwareForTest(int mode);
 // prefetch hint depends on it (Plan::prefetch_into_l1).
 bool CpuIsAmd();
 
+// CPUID leaf 1's EAX as the family and model Linux's /proc/cpuinfo shows
+// ("cpu family", "model"): the extended family added where the base is 15,
+// the extended model on top where the family is 6 or above 15.
+struct CpuSignature {
+  int family = 0, model = 0;
+};
+CpuSignature DecodeCpuSignature(uint32_t eax);
+
+// The CPU for a figure's caption: CPUID's brand string (a VM's may be as
+// vague as "AMD EPYC"), the AMD core generation its family and model mean,
+// and both numbers, e.g. "AMD EPYC, Zen 5 (family 26 model 2)". Zen 3, 4
+// and 5 hosts can share one brand string, and their figures differ.
+std::string CpuDescription();
+// The same from its parts (the tests' known signatures).
+std::string DescribeCpu(const std::string& brand, bool amd, CpuSignature sig);
+
 // The size of CPU 0's level-2 data (or unified) cache in bytes, as Linux's
 // sysfs gives it; 0 where it does not say.
 int64_t L2CacheBytes();

@@ -376,7 +376,7 @@ int BenchMain(int argc, char** argv) {
   const FmaPeak& peak = peaks.Get(cfg.threads);
   const CopyBandwidth copy = MeasureCopyBandwidth(cfg.threads, cfg.quick ? size_t{64} << 20 : size_t{256} << 20);
   const std::string target = ActiveTarget();
-  std::printf("cgdr bench: kernel target %s%s, %d threads, profile: %s\n", target.c_str(),
+  std::printf("cgdr bench: %s, kernel target %s%s, %d threads, profile: %s\n", CpuDescription().c_str(), target.c_str(),
               cfg.target.empty() ? "" : " (--target)", cfg.threads, DefaultProfile().source.c_str());
   std::printf("measured FP32 FMA peak: %.1f GFLOP/s on %d threads (%.1f per thread, %zu lanes, %s); "
               "memory copy: %.1f GB/s (read+write, %zu MiB)\n",

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "bench.h"
+#include "core/cpu_features.h"
 
 namespace cgdr::cli {
 
@@ -268,7 +269,8 @@ Json ToJson(const RowResult& r, const std::string& target, double copy_gbps) {
             {"rel_err", r.rel_err},
             {"ref_rounding_err", r.rounding_err},
             {"mem_copy_gbps", copy_gbps},
-            {"target", target}};
+            {"target", target},
+            {"cpu", CpuDescription()}};
   if (s.baseline_ms > 0) {
     j["baseline_ms"] = s.baseline_ms;
     j["speedup"] = s.baseline_ms / (r.seconds * 1e3);

@@ -17,6 +17,7 @@
 #include "cgdr/cgdr.hpp"
 #include "cgdr/plan.hpp"
 #include "commands.h"
+#include "core/cpu_features.h"
 #include "core/strcat.h"
 #include "core/synthetic.h"
 #include "io/case_file.h"
@@ -137,8 +138,8 @@ void PrintTiming(const Problem& p, const Plan& plan, const Timing& chosen, const
   const double gflops = AlgoFlops(p.T, p.Nv, p.Dk, p.Dv) / chosen.median_s / 1e9;
   std::printf("time:     %.2f ms, the median of %d calls after a warm-up (fastest %.2f ms): %.0f tokens/s\n",
               chosen.median_s * 1e3, chosen.reps, chosen.best_s * 1e3, static_cast<double>(p.T) / chosen.median_s);
-  std::printf("peak:     %.1f GFLOP/s, this machine's FP32 FMA peak on %d threads (%s, %zu lanes), measured now\n",
-              peak.gflops, peak.threads, peak.target.c_str(), peak.lanes);
+  std::printf("peak:     %.1f GFLOP/s, the FP32 FMA peak of this %s on %d threads (%s, %zu lanes), measured now\n",
+              peak.gflops, CpuDescription().c_str(), peak.threads, peak.target.c_str(), peak.lanes);
   std::printf("speed:    %.1f GFLOP/s algorithmic (6*Dk*Dv per token and value head, SPEC 8): %.1f%% of FP32 peak\n",
               gflops, 100.0 * gflops / peak.gflops);
   const std::string form = PlanAlgoName(plan.chunk);
