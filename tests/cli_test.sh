@@ -357,6 +357,12 @@ section_profile() {
   echo "{$costs, \"stream_out_bytes\": 1000000000000}" >"$W/no_stream.json"
   CGDR_PROFILE="$W/no_stream.json" expect_ok "plan no_stream profile" "$CGDR" $flagship --precision fp32
   for word in "stream_out=0" "profile: $W/no_stream.json"; do expect_stdout_has "plan no_stream profile" "$word"; done
+  # A profile measured on another CPU is not this one's; the plan says so.
+  echo "{$costs, \"stream_out_bytes\": 1000000000000, \"cpu\": \"Another CPU (family 1 model 2)\"}" >"$W/other_cpu.json"
+  CGDR_PROFILE="$W/other_cpu.json" expect_ok "plan other CPU's profile" "$CGDR" $flagship --precision fp32
+  for word in "stream_out=1" "profile: built-in defaults ($W/other_cpu.json was measured on Another CPU (family 1 model 2), not on this "; do
+    expect_stdout_has "plan other CPU's profile" "$word"
+  done
   echo "{$costs, \"precision_cost\": [1, -2, 1, 1]}" >"$W/broken.json"
   CGDR_PROFILE="$W/broken.json" expect_ok "plan broken profile" "$CGDR" $flagship --precision bf16x3 --engine vector
   for word in "chunk=1 " "profile: built-in defaults"; do expect_stdout_has "plan broken profile" "$word"; done
@@ -381,6 +387,7 @@ section_profile() {
   expect_ok "tune" "$CGDR" tune --quick --out "$W/tuned.json"
   for word in "precision_cost" "wrote $W/tuned.json"; do expect_stdout_has "tune" "$word"; done
   grep -q '"precision_cost"' "$W/tuned.json" || fail "tune: no precision_cost in $W/tuned.json"
+  grep -q '"cpu": ".*(family [0-9]* model [0-9]*)"' "$W/tuned.json" || fail "tune: no cpu in $W/tuned.json"
   CGDR_PROFILE="$W/tuned.json" expect_ok "plan tuned profile" "$CGDR" $flagship --precision bf16
   expect_stdout_has "plan tuned profile" "profile: $W/tuned.json"
   unset CGDR_PROFILE

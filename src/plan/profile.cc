@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cgdr/plan.hpp"
+#include "core/cpu_features.h"
 
 namespace cgdr {
 namespace {
@@ -26,6 +27,14 @@ MachineProfile LoadProfile() {
   if (!f) return prof;
   try {
     const auto j = nlohmann::json::parse(f);
+    // Measured on another CPU (a home directory shared by machines, a VM
+    // moved to another host): its costs are that CPU's, not this one's.
+    // Profiles from before `cgdr tune` wrote the CPU are read as before.
+    if (j.contains("cpu") && j.at("cpu").get<std::string>() != CpuDescription()) {
+      prof.source = "built-in defaults (" + path + " was measured on " + j.at("cpu").get<std::string>() +
+                    ", not on this " + CpuDescription() + ": run cgdr tune here)";
+      return prof;
+    }
     MachineProfile read = prof;
     read.cache_budget_bytes = j.value("cache_budget_bytes", prof.cache_budget_bytes);
     read.group_state_bytes = j.value("group_state_bytes", prof.group_state_bytes);

@@ -323,6 +323,7 @@ int TuneMain(int argc, char** argv) {
                         {"amx_measured", AmxHardwareEnabled()},
                         {"created_by", "cgdr tune"},
                         {"target", ActiveTarget()},
+                        {"cpu", CpuDescription()},  // the planner ignores the file on another CPU
                         {"threads", threads},
                         {"peak_gflops", peak.gflops},
                         {"measured", measured}};

@@ -103,6 +103,12 @@ MUTANTS = [
     Mutant("plan-prefetch-hint-vendor-inverted", "src/plan/plan.cc",
            "out.prefetch_into_l1 = out.chunk > 1 && CpuIsAmd();",
            "out.prefetch_into_l1 = out.chunk > 1 && !CpuIsAmd();", "Plan"),
+    Mutant("plan-profile-of-another-cpu-read", "src/plan/profile.cc",
+           'if (j.contains("cpu") && j.at("cpu").get<std::string>() != CpuDescription()) {',
+           'if (false) {', CLI + "profile"),
+    Mutant("core-cpu-extended-family-dropped", "src/core/cpu_features.cc",
+           "s.family = base_family == 0xF ? base_family + static_cast<int>((eax >> 20) & 0xFF) : base_family;",
+           "s.family = base_family;", "CpuFeatures"),
     # ---- src/kernels
     Mutant("kernels-prefetch-list-overruns", "src/kernels/prefetch.h",
            "WalkSpans(capacity_ - listed_,", "WalkSpans(capacity_ - listed_ + 1,", "PrefetchQueue"),
