@@ -368,11 +368,8 @@ Plan PlanFor(const CaseSpec& spec, const Options& edits, const MachineProfile& p
   opt.precision = edits.precision;
   opt.engine = edits.engine;
   opt.algo = edits.algo;
-  Problem p;
-  EXPECT_TRUE(Validate(c.inputs(), c.outputs(), opt, &p).ok());
   Plan plan;
-  EXPECT_TRUE(MakePlan(p, prof, &plan).ok());
-  EXPECT_TRUE(CheckPlan(plan).ok());
+  EXPECT_TRUE(testing::PlanFor(c, opt, &plan, prof));
   return plan;
 }
 

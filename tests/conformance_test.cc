@@ -53,6 +53,8 @@ using testing::ToCDecode;
 using testing::ToCPrefill;
 namespace {
 
+using testing::PlanFor;
+
 // ---- the option lists --------------------------------------------------------
 
 template <class T>
@@ -657,10 +659,8 @@ TEST(ConformanceTable, ThePlanHonoursEachForcedOption) {
     CaseSpec spec = BaseSpec();
     row.spec(&spec);
     Case c = MakeCase(spec);
-    Problem p;
-    ASSERT_TRUE(Validate(c.inputs(), c.outputs(), opt, &p).ok());
     Plan plan;
-    ASSERT_TRUE(MakePlan(p, DefaultProfile(), &plan).ok());
+    ASSERT_TRUE(PlanFor(c, opt, &plan));
     if (opt.algo != Algo::kAuto) {
       EXPECT_EQ(plan.chunk, static_cast<int>(opt.algo));
     }

@@ -300,24 +300,20 @@ TEST(KdaPrefill, ModesAndEnginesReachThePlan) {
   Case b = MakeCase(bf16);
   Options auto_tiles = b.options();
   auto_tiles.engine = Engine::kAmxEmulated;
-  Problem problem;
-  ASSERT_TRUE(Validate(b.inputs(), b.outputs(), auto_tiles, &problem).ok());
   Plan plan;
-  ASSERT_TRUE(MakePlan(problem, DefaultProfile(), &plan).ok());
+  ASSERT_TRUE(PlanFor(b, auto_tiles, &plan));
   EXPECT_EQ(plan.engine, Engine::kAmxEmulated) << PlanToString(plan);
   EXPECT_EQ(plan.precision, Precision::kBf16x3) << PlanToString(plan);
   // With neither named, 16-bit inputs keep fp32 on the vector units: auto
   // does not weigh KDA's untimed tiles (SPEC 10.4), AMX or not.
   auto_tiles.engine = Engine::kAuto;
-  ASSERT_TRUE(Validate(b.inputs(), b.outputs(), auto_tiles, &problem).ok());
-  ASSERT_TRUE(MakePlan(problem, DefaultProfile(), &plan).ok());
+  ASSERT_TRUE(PlanFor(b, auto_tiles, &plan));
   EXPECT_EQ(plan.precision, Precision::kFp32) << PlanToString(plan);
   EXPECT_EQ(plan.engine, Engine::kVector) << PlanToString(plan);
   // f32 inputs keep fp32 on the vector units under auto (1e-5, SPEC 10.4).
   o.precision = Precision::kAuto;
   o.engine = Engine::kAuto;
-  ASSERT_TRUE(Validate(c.inputs(), c.outputs(), o, &problem).ok());
-  ASSERT_TRUE(MakePlan(problem, DefaultProfile(), &plan).ok());
+  ASSERT_TRUE(PlanFor(c, o, &plan));
   EXPECT_EQ(plan.precision, Precision::kFp32) << PlanToString(plan);
   EXPECT_EQ(plan.engine, Engine::kVector) << PlanToString(plan);
 }

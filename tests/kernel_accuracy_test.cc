@@ -187,12 +187,10 @@ TEST(KernelAccuracy, StreamingStoresWriteTheSameBits) {
   const std::vector<Variant> variants = {{128, 0, DType::kF16}, {128, 0, DType::kBF16}, {128, 0, DType::kF32},
                                          {64, 32, DType::kF16},  {80, 0, DType::kF16},   {48, 0, DType::kF16}};
   const auto run = [](Case& c, const Options& opt, int64_t stream_out_bytes, int64_t out_offset, Bytes* out) {
-    Problem problem;
-    ASSERT_TRUE(Validate(c.inputs(), c.outputs(), opt, &problem).ok());
     MachineProfile prof;
     prof.stream_out_bytes = stream_out_bytes;
     Plan plan;
-    ASSERT_TRUE(MakePlan(problem, prof, &plan).ok());
+    ASSERT_TRUE(PlanFor(c, opt, &plan, prof));
     ASSERT_EQ(plan.stream_out, stream_out_bytes == 0);
     Bytes buf(c.out.size() + static_cast<size_t>(out_offset), 0xA5);
     Outputs o = c.outputs();
@@ -226,10 +224,8 @@ TEST(KernelAccuracy, StreamingStoresWriteTheSameBits) {
 // target, for both gates and with the AMX emulation's products.
 TEST(KernelAccuracy, PrefetchHintLeavesTheBits) {
   const auto run = [](Case& c, const Options& opt, bool into_l1, Bytes* out) {
-    Problem problem;
-    ASSERT_TRUE(Validate(c.inputs(), c.outputs(), opt, &problem).ok());
     Plan plan;
-    ASSERT_TRUE(MakePlan(problem, MachineProfile{}, &plan).ok());
+    ASSERT_TRUE(PlanFor(c, opt, &plan, MachineProfile{}));
     ASSERT_GT(plan.chunk, 1);
     plan.prefetch_into_l1 = into_l1;
     ASSERT_TRUE(CheckPlan(plan).ok());

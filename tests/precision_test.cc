@@ -58,13 +58,11 @@ TEST(Precision, NamesParseAndPlan) {
   Case c = MakeCase(OddSpec(DType::kF32));
   Options opt = c.options();
   opt.precision = Precision::kBf16x3;
-  Problem p;
-  ASSERT_TRUE(Validate(c.inputs(), c.outputs(), opt, &p).ok());
   Plan plan;
-  ASSERT_TRUE(MakePlan(p, DefaultProfile(), &plan).ok());
+  ASSERT_TRUE(PlanFor(c, opt, &plan));
   EXPECT_EQ(plan.precision, Precision::kBf16x3);
   EXPECT_NE(PlanToString(plan).find("precision=bf16x3"), std::string::npos) << PlanToString(plan);
-  EXPECT_TRUE(CheckPlan(plan).ok());
+  Problem p;
   opt.precision = static_cast<Precision>(7);
   const Status s = Validate(c.inputs(), c.outputs(), opt, &p);
   EXPECT_FALSE(s.ok());

@@ -79,6 +79,16 @@ void ForEachTarget(const std::function<void(const std::string&)>& fn) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+::testing::AssertionResult PlanFor(Case& c, const Options& opt, Plan* plan, const MachineProfile& prof) {
+  Problem p;
+  if (Status s = Validate(c.inputs(), c.outputs(), opt, &p); !s.ok()) {
+    return ::testing::AssertionFailure() << "Validate: " << s.message();
+  }
+  if (Status s = MakePlan(p, prof, plan); !s.ok()) return ::testing::AssertionFailure() << "MakePlan: " << s.message();
+  if (Status s = CheckPlan(*plan); !s.ok()) return ::testing::AssertionFailure() << "CheckPlan: " << s.message();
+  return ::testing::AssertionSuccess();
+}
+
 std::vector<Algo> AllAlgos() { return {Algo::kRecurrent, Algo::kChunk16, Algo::kChunk32, Algo::kChunk64}; }
 
 TempDir::TempDir() {

@@ -6,7 +6,10 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "cgdr/cgdr.hpp"
+#include "cgdr/plan.hpp"
 #include "core/synthetic.h"
 #include "reference/reference.h"
 
@@ -44,6 +47,11 @@ void ExpectWithinModeBounds(const Errors& got, const Errors& fp32, Precision p, 
 // Calls fn once per SIMD target compiled in and supported by this CPU, with
 // dispatch forced to it; restores normal dispatch afterwards.
 void ForEachTarget(const std::function<void(const std::string& target)>& fn);
+
+// The plan of the case's call under `opt`: Validate, MakePlan with `prof`,
+// CheckPlan. ASSERT_TRUE(PlanFor(...)) fails naming the step that refused.
+::testing::AssertionResult PlanFor(Case& c, const Options& opt, Plan* plan,
+                                   const MachineProfile& prof = DefaultProfile());
 
 // All algos the tests force.
 std::vector<Algo> AllAlgos();
