@@ -21,11 +21,9 @@ import datetime
 import inspect
 import json
 import os
-import statistics
 import sys
-import time
 
-from compare_torch import cpu_name  # the script's folder is on sys.path
+from compare_torch import cpu_name, median_time  # the script's folder is on sys.path
 
 
 def parse():
@@ -44,16 +42,6 @@ def parse():
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--plot", help="draw the times here (PNG; needs matplotlib)")
     return p.parse_args()
-
-
-def median_time(fn, repeats):
-    fn()  # warm-up: thread pools, allocator, first-touch pages
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def build_layer(torch, transformers, a):

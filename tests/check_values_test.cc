@@ -134,14 +134,9 @@ struct Fixture {
     s.Nk = 2; s.Nv = 4; s.Dk = 5; s.Dv = 7; s.lens = {3, 0, 6};
     s.dtype = dtype; s.g_dtype = g_dtype; s.state_dtype = state_dtype; s.layout = layout;
     c = MakeCase(s);
-    std::memset(c.out.data(), kSentinel, c.out.size());
-    std::memset(c.final_state.data(), kSentinel, c.final_state.size());
+    testing::FillOutputs(c, kSentinel);
   }
-  bool Untouched() const {
-    for (uint8_t b : c.out) if (b != kSentinel) return false;
-    for (uint8_t b : c.final_state) if (b != kSentinel) return false;
-    return true;
-  }
+  bool Untouched() const { return testing::OutputsHold(c, kSentinel); }
   Status Run(bool check) {
     Options opt = c.options();
     opt.check_values = check;

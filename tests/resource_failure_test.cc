@@ -13,7 +13,6 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <new>
@@ -27,6 +26,7 @@
 #include "core/alloc.h"
 #include "core/synthetic.h"
 #include "io/case_file.h"
+#include "test_util.h"
 
 // TSan's static runtime defines every operator new/delete itself, and linking
 // pulls its definitions in beside any replacement (duplicate symbols): there
@@ -94,14 +94,9 @@ struct Fixture {
     CaseSpec s;
     s.Nk = 2; s.Nv = 4; s.Dk = Dk; s.Dv = 20; s.lens = {40, 0, 9};
     c = MakeCase(s);
-    std::memset(c.out.data(), kSentinel, c.out.size());
-    std::memset(c.final_state.data(), kSentinel, c.final_state.size());
+    testing::FillOutputs(c, kSentinel);
   }
-  bool Untouched() const {
-    for (uint8_t b : c.out) if (b != kSentinel) return false;
-    for (uint8_t b : c.final_state) if (b != kSentinel) return false;
-    return true;
-  }
+  bool Untouched() const { return testing::OutputsHold(c, kSentinel); }
   Status Run(int threads, Algo algo = Algo::kChunk64) { return Call(Prepare(threads, algo)); }
 
   // The views (whose constructors allocate) made ahead of the call, so an

@@ -89,6 +89,16 @@ void ForEachTarget(const std::function<void(const std::string&)>& fn) {
   return ::testing::AssertionSuccess();
 }
 
+void FillOutputs(Case& c, uint8_t byte) {
+  std::fill(c.out.begin(), c.out.end(), byte);
+  std::fill(c.final_state.begin(), c.final_state.end(), byte);
+}
+
+bool OutputsHold(const Case& c, uint8_t byte) {
+  const auto is_byte = [byte](uint8_t b) { return b == byte; };
+  return std::all_of(c.out.begin(), c.out.end(), is_byte) && std::all_of(c.final_state.begin(), c.final_state.end(), is_byte);
+}
+
 std::vector<Algo> AllAlgos() { return {Algo::kRecurrent, Algo::kChunk16, Algo::kChunk32, Algo::kChunk64}; }
 
 TempDir::TempDir() {

@@ -53,6 +53,12 @@ void ForEachTarget(const std::function<void(const std::string& target)>& fn);
 ::testing::AssertionResult PlanFor(Case& c, const Options& opt, Plan* plan,
                                    const MachineProfile& prof = DefaultProfile());
 
+// The "before anything is written" checks (SPEC 3): the case's out and
+// final_state filled with `byte` before a call that must fail, and whether
+// both still hold nothing else after it.
+void FillOutputs(Case& c, uint8_t byte);
+bool OutputsHold(const Case& c, uint8_t byte);
+
 // All algos the tests force.
 std::vector<Algo> AllAlgos();
 

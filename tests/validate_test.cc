@@ -8,6 +8,7 @@
 
 #include "cgdr/cgdr.hpp"
 #include "core/synthetic.h"
+#include "test_util.h"
 
 namespace cgdr {
 namespace {
@@ -23,14 +24,9 @@ struct Fixture {
     in = c.inputs();
     out = c.outputs();
     opt = c.options();
-    std::memset(c.out.data(), kSentinel, c.out.size());
-    std::memset(c.final_state.data(), kSentinel, c.final_state.size());
+    testing::FillOutputs(c, kSentinel);
   }
-  bool Untouched() const {
-    for (uint8_t b : c.out) if (b != kSentinel) return false;
-    for (uint8_t b : c.final_state) if (b != kSentinel) return false;
-    return true;
-  }
+  bool Untouched() const { return testing::OutputsHold(c, kSentinel); }
 };
 
 CaseSpec Small() {
