@@ -50,7 +50,8 @@ TEST(CpuFeatures, NamesAmdGenerationsAndKeepsBothNumbers) {
   EXPECT_EQ(DescribeCpu("", false, {0, 0}), "unknown CPU (family 0 model 0)");
 }
 
-// The first value of `key` in /proc/cpuinfo, or "" where there is none.
+// The first value of `key` in /proc/cpuinfo, trimmed (a brand string may be
+// padded with spaces), or "" where there is none.
 std::string CpuInfo(const std::string& key) {
   std::ifstream f("/proc/cpuinfo");
   std::string line;
@@ -59,7 +60,9 @@ std::string CpuInfo(const std::string& key) {
     if (colon == std::string::npos) continue;
     std::string name = line.substr(0, colon);
     name.erase(name.find_last_not_of(" \t") + 1);
-    if (name == key) return line.substr(line.find_first_not_of(' ', colon + 1));
+    if (name != key) continue;
+    const size_t first = line.find_first_not_of(" \t", colon + 1), last = line.find_last_not_of(" \t");
+    return first == std::string::npos ? std::string() : line.substr(first, last - first + 1);
   }
   return "";
 }
