@@ -45,18 +45,20 @@ std::vector<std::string> UsableTargetNames() {
   return names;
 }
 
-bool DispatchNoHigherThan(const std::string& name) {
+int64_t UsableTargetNamed(const std::string& name) {
   for (int64_t left = UsableTargets(); left != 0; left &= left - 1) {
     const int64_t bit = left & -left;
-    if (LowerCase(hwy::TargetName(bit)) != LowerCase(name)) continue;
-    // Not hwy::DisableTargets: in Highway 1.0.3 the next SupportedTargets()
-    // (the planner asks it on every call) hands dispatch the unmasked set
-    // again, so the kernels ran AVX3 while the plan named AVX2. The mock
-    // holds.
-    hwy::SetSupportedTargetsForTest(UsableTargets() & ~(bit - 1));
-    return true;
+    if (LowerCase(hwy::TargetName(bit)) == LowerCase(name)) return bit;
   }
-  return false;
+  return 0;
+}
+
+void DispatchNoHigherThan(int64_t target) {
+  // Not hwy::DisableTargets: in Highway 1.0.3 the next SupportedTargets()
+  // (the planner asks it on every call) hands dispatch the unmasked set
+  // again, so the kernels ran AVX3 while the plan named AVX2. The mock
+  // holds.
+  hwy::SetSupportedTargetsForTest(UsableTargets() & ~(target - 1));
 }
 
 bool CpuIsAmd() {

@@ -20,11 +20,15 @@ int64_t UsableTargets();
 // ...), best first.
 std::vector<std::string> UsableTargetNames();
 
-// Turns off every usable target better than the one named (one of
-// UsableTargetNames()), so that dispatch picks it for the rest of the
+// The usable target (Highway's bit) of that name, in any case; 0 for a name
+// that is not one of UsableTargetNames().
+int64_t UsableTargetNamed(const std::string& name);
+
+// Turns off every usable target better than `target` (a bit
+// UsableTargetNamed gave), so that dispatch picks it for the rest of the
 // process: `cgdr bench --target avx2` times the AVX2 kernels on an AVX-512
-// CPU. Returns false, changing nothing, for any other name.
-bool DispatchNoHigherThan(const std::string& name);
+// CPU.
+void DispatchNoHigherThan(int64_t target);
 
 // bf16 precision modes: whether the products run on vdpbf16ps (the CPU has
 // AVX512_BF16 and the AVX3 target runs) rather than its exact emulation.

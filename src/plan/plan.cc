@@ -3,7 +3,6 @@
 #include "cgdr/plan.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <numeric>
@@ -461,9 +460,8 @@ Status CheckPlan(const Plan& plan) {
 
 std::string PlanEngineName(const Plan& plan) {
   if (plan.engine != Engine::kVector) return EngineName(plan.engine);
-  std::string target = ActiveTarget();
-  for (char& ch : target) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return target;
+  const std::vector<std::string> targets = UsableTargetNames();  // best first: the one dispatch picks
+  return targets.empty() ? "none" : targets.front();
 }
 
 std::string PlanToString(const Plan& plan) {

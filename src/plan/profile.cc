@@ -30,10 +30,13 @@ MachineProfile LoadProfile() {
     // Measured on another CPU (a home directory shared by machines, a VM
     // moved to another host): its costs are that CPU's, not this one's.
     // Profiles from before `cgdr tune` wrote the CPU are read as before.
-    if (j.contains("cpu") && j.at("cpu").get<std::string>() != CpuDescription()) {
-      prof.source = "built-in defaults (" + path + " was measured on " + j.at("cpu").get<std::string>() +
-                    ", not on this " + CpuDescription() + ": run cgdr tune here)";
-      return prof;
+    if (j.contains("cpu")) {
+      const std::string measured_on = j.at("cpu").get<std::string>(), here = CpuDescription();
+      if (measured_on != here) {
+        prof.source = "built-in defaults (" + path + " was measured on " + measured_on + ", not on this " + here +
+                      ": run cgdr tune here)";
+        return prof;
+      }
     }
     MachineProfile read = prof;
     read.cache_budget_bytes = j.value("cache_budget_bytes", prof.cache_budget_bytes);

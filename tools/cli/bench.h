@@ -128,7 +128,7 @@ struct BenchConfig {
   Engine engine = Engine::kAuto;           // --engine: every row on that engine
   bool all_precisions = false;             // --precision all: the precision table instead
   bool skip_emulated_products = false;     // timing builds: amx-emu rows skip the emulated products
-  std::string target;  // --target NAME: dispatch no higher than that target (empty: the best usable)
+  int64_t target = 0;  // --target NAME: dispatch no higher than that target (Highway's bit; 0: the best usable)
 };
 
 std::vector<RowSpec> SelectRows(const BenchConfig& cfg);
