@@ -119,8 +119,8 @@ int main(void) {
             CGDR_API_VERSION);
     return 1;
   }
-  printf("cgdr %s (API version %d, headers %s), SIMD target %s\n", cgdr_version(), cgdr_api_version(),
-         CGDR_VERSION_STRING, cgdr_simd_target());
+  printf("cgdr %s (API version %d, headers %s), SIMD target %s on %s\n", cgdr_version(), cgdr_api_version(),
+         CGDR_VERSION_STRING, cgdr_simd_target(), cgdr_cpu_description());
 
   example_fill(&q[0][0][0], T * NK * DK, 1, 0.5f);
   example_fill(&k[0][0][0], T * NK * DK, 2, 0.5f);

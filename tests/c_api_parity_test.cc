@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -505,6 +506,18 @@ TEST(CApiVersion, MatchesTheHeaders) {
   EXPECT_EQ(std::string(cgdr_version()), std::to_string(CGDR_VERSION_MAJOR) + "." + std::to_string(CGDR_VERSION_MINOR) +
                                              "." + std::to_string(CGDR_VERSION_PATCH));
   EXPECT_EQ(cgdr_api_version(), CGDR_API_VERSION);
+}
+
+// API version 7: the C entry gives the C++ description, a thread's string
+// living until that thread's next call.
+TEST(CApiVersion, CpuDescriptionIsTheLibrarys) {
+  const char* first = cgdr_cpu_description();
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(std::string(first), CpuDescription());
+  EXPECT_NE(std::string(first).find(" (family "), std::string::npos) << first;
+  std::string other;
+  std::thread([&] { other = cgdr_cpu_description(); }).join();
+  EXPECT_STREQ(first, other.c_str());  // still valid: another thread's call has its own string
 }
 
 }  // namespace

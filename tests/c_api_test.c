@@ -343,11 +343,18 @@ static void TestVersion(void) {
   CHECK(cgdr_api_version() == CGDR_API_VERSION, "cgdr_api_version() %d, expected %d", cgdr_api_version(),
         CGDR_API_VERSION);
   CHECK(CGDR_API_VERSION >= 6, "CGDR_API_VERSION %d: cgdr_options_set_gate_lower_bound came with 6", CGDR_API_VERSION);
+  CHECK(CGDR_API_VERSION >= 7, "CGDR_API_VERSION %d: cgdr_cpu_description came with 7", CGDR_API_VERSION);
+  /* Names the CPU with its family and model, e.g. "AMD EPYC, Zen 5 (family 26 model 2)". */
+  const char* cpu = cgdr_cpu_description();
+  CHECK(cpu != NULL && cpu[0] != '\0', "cgdr_cpu_description() is empty");
+#if defined(__x86_64__) || defined(__i386__)
+  CHECK(strstr(cpu, " (family ") != NULL, "cgdr_cpu_description() \"%s\" gives no family", cpu);
+#endif
 }
 
 int main(void) {
   FillInputs();
-  printf("cgdr %s, SIMD target %s\n", cgdr_version(), cgdr_simd_target());
+  printf("cgdr %s, SIMD target %s on %s\n", cgdr_version(), cgdr_simd_target(), cgdr_cpu_description());
   TestVersion();
   TestPrefillThenDecode();
   TestPrecisionMode();

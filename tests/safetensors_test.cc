@@ -891,7 +891,7 @@ TEST(safetensors, CaseKeepsThePerChannelGate) {
     if (raw) {
       EXPECT_FALSE(lc.inputs.A_log.present());
     }
-    EXPECT_EQ((raw ? lc.inputs.a : lc.inputs.g).ShapeString(), "[" + std::to_string(c.T) + ", 2, 8]");
+    EXPECT_EQ((raw ? lc.inputs.a : lc.inputs.g).ShapeString(), "[" + std::to_string(c.T).append(", 2, 8]"));
     if (raw) {
       EXPECT_EQ(lc.inputs.dt_bias.ShapeString(), "[16]");
     }

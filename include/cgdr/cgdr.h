@@ -38,7 +38,8 @@
  *              gate, g or a of rank 3 [T,Nv,Dk] (decode: [N,Nv,Dk] or
  *              [N,K,Nv,Dk]) with dt_bias [Nv*Dk]; no new struct field, the
  *              rank of the tensor says it. cgdr_options_set_gate_lower_bound
- *              (fla's KDA gate with a lower bound). */
+ *              (fla's KDA gate with a lower bound).
+ *   7 (0.1.0): cgdr_cpu_description (the CPU beside a caller's figures). */
 #ifndef CGDR_CGDR_H_
 #define CGDR_CGDR_H_
 
@@ -51,7 +52,7 @@
 extern "C" {
 #endif
 
-#define CGDR_API_VERSION 6
+#define CGDR_API_VERSION 7
 
 typedef enum cgdr_status {
   CGDR_OK = 0,
@@ -225,6 +226,13 @@ CGDR_EXPORT const char* cgdr_status_name(cgdr_status status);
 CGDR_EXPORT const char* cgdr_version(void);
 CGDR_EXPORT int cgdr_api_version(void);
 CGDR_EXPORT const char* cgdr_simd_target(void);
+
+/* The CPU the library runs on, for a figure's caption: CPUID's brand string,
+ * AMD's core generation where its family and model say it, and both
+ * numbers, e.g. "AMD EPYC, Zen 5 (family 26 model 2)" (a VM's brand string
+ * can be the same on Zen 3, 4 and 5). Valid until the next call on this
+ * thread. API version 7. */
+CGDR_EXPORT const char* cgdr_cpu_description(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

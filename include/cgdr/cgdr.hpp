@@ -185,4 +185,10 @@ CGDR_EXPORT Status Run(const Inputs& in, const Outputs& out, const Options& opt)
 // Name of the SIMD target dispatch will use ("AVX3", "AVX2", "SSE4", "SCALAR").
 CGDR_EXPORT std::string ActiveTarget();
 
+// The CPU, for a figure's caption: CPUID's brand string (a VM's may be as
+// vague as "AMD EPYC"), AMD's core generation where its family and model
+// say it, and both numbers, e.g. "AMD EPYC, Zen 5 (family 26 model 2)".
+// Zen 3, 4 and 5 hosts can share one brand string, and their figures differ.
+CGDR_EXPORT std::string CpuDescription();
+
 }  // namespace cgdr

@@ -105,6 +105,18 @@ cgdr::Options OptionsOf(const cgdr_options* opt) { return opt ? opt->options : c
 
 cgdr_status NullHandle(const char* fn) { return Fail(CGDR_INVALID_ARGUMENT, std::string(fn) + ": options handle is NULL"); }
 
+// `text` in a string of this thread's, kept until the next call of `slot`'s
+// function on the thread; "unknown" where making it threw.
+template <class Fn>
+const char* ThreadLocalText(std::string& slot, const Fn& text) {
+  try {
+    slot = text();
+  } catch (...) {
+    slot = "unknown";
+  }
+  return slot.c_str();
+}
+
 }  // namespace
 
 extern "C" {
@@ -337,12 +349,12 @@ int cgdr_api_version(void) { return CGDR_API_VERSION; }
 
 const char* cgdr_simd_target(void) {
   static thread_local std::string name;
-  try {
-    name = cgdr::ActiveTarget();
-  } catch (...) {
-    name = "unknown";
-  }
-  return name.c_str();
+  return ThreadLocalText(name, [] { return cgdr::ActiveTarget(); });
+}
+
+const char* cgdr_cpu_description(void) {
+  static thread_local std::string description;
+  return ThreadLocalText(description, [] { return cgdr::CpuDescription(); });
 }
 
 }  // extern "C"

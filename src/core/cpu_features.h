@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "cgdr/cgdr.hpp"  // ActiveTarget(), CpuDescription(): the public ones
+
 namespace cgdr {
 
 // The Highway targets compiled into the library (HWY_TARGETS) that this CPU
@@ -64,12 +66,7 @@ struct CpuSignature {
 };
 CpuSignature DecodeCpuSignature(uint32_t eax);
 
-// The CPU for a figure's caption: CPUID's brand string (a VM's may be as
-// vague as "AMD EPYC"), the AMD core generation its family and model mean,
-// and both numbers, e.g. "AMD EPYC, Zen 5 (family 26 model 2)". Zen 3, 4
-// and 5 hosts can share one brand string, and their figures differ.
-std::string CpuDescription();
-// The same from its parts (the tests' known signatures).
+// CpuDescription() (cgdr.hpp) from its parts (the tests' known signatures).
 std::string DescribeCpu(const std::string& brand, bool amd, CpuSignature sig);
 
 // The size of CPU 0's level-2 data (or unified) cache in bytes, as Linux's
