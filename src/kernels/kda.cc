@@ -20,7 +20,8 @@
 // per-channel decay e^G_last (ChunkVSide's KdaOperands).
 //
 // One pass over the blocks in order: block b's factors, its products with
-// every earlier block, then the earlier blocks' K F rows times E_b, so that
+// every earlier block, the earlier blocks' K F rows times E_b (in the pass of
+// those products: a pass of its own over them cost 7% of this K side), so that
 // when the last block is done they hold K e^(G_last - G) for the V side
 // (no separate pass for it), and e^(G_o) times E_b gives the next block's
 // Q e^G, K e^G in the same pass as its R_t.
@@ -95,10 +96,13 @@ HWY_INLINE void BlockFactors(const KdaRows& r, int64_t b0, int64_t b1) {
 
 // out[i * ldo + j] = factor(i) * (a_i . b_j) for rows i < na (<= 4) of a and
 // the 4 rows j of b (a full earlier block), rows of length dk (DotBlock).
-// Rows of a past na read row na - 1 and are not stored.
+// Rows of a past na read row na - 1 and are not stored. Then, where
+// rescale_b is not null, b's rows times it in place (in DotBlock's last pass
+// over them: the later blocks' E, with no pass of its own).
 template <class Factor>
-HWY_INLINE void DotsWithBlock(const float* HWY_RESTRICT a, int64_t na, const float* HWY_RESTRICT b, int64_t dk,
-                              const Factor& factor, float* HWY_RESTRICT out, int64_t ldo) {
+HWY_INLINE void DotsWithBlock(const float* HWY_RESTRICT a, int64_t na, float* HWY_RESTRICT b, int64_t dk,
+                              const Factor& factor, float* HWY_RESTRICT out, int64_t ldo,
+                              const float* HWY_RESTRICT rescale_b = nullptr) {
 #if HWY_TARGET == HWY_SCALAR
   for (int64_t i = 0; i < na; ++i) {
     for (int64_t j = 0; j < kBlock; ++j) {
@@ -107,14 +111,23 @@ HWY_INLINE void DotsWithBlock(const float* HWY_RESTRICT a, int64_t na, const flo
       out[i * ldo + j] = factor(i) * sum;
     }
   }
+  if (rescale_b != nullptr) {
+    for (int64_t j = 0; j < kBlock; ++j) MulRow(b + j * dk, rescale_b, dk, b + j * dk);
+  }
 #else
+  const hn::ScalableTag<float> d;
   const hn::FixedTag<float, 4> d4;
   const float* ar[4];
   const float* br[4];
   for (int i = 0; i < 4; ++i) ar[i] = a + std::min<int64_t>(i, na - 1) * dk;
   for (int j = 0; j < 4; ++j) br[j] = b + j * dk;
-  DotBlock(ar, br, dk, [&](int i, auto sums) {
+  const auto store = [&](int i, auto sums) {
     if (i < na) hn::StoreU(hn::Mul(hn::Set(d4, factor(i)), sums), d4, out + i * ldo);
+  };
+  if (rescale_b == nullptr) return DotBlock(ar, br, dk, store);
+  DotBlock(ar, br, dk, store, [&](int64_t c, const auto& bv) {
+    const auto e = hn::Load(d, rescale_b + c);
+    for (int j = 0; j < 4; ++j) hn::Store(hn::Mul(bv[j], e), d, b + j * dk + c);
   });
 #endif
 }
@@ -225,11 +238,12 @@ void KdaPrepareValueHead(const ScratchLayout& L, float* HWY_RESTRICT base, int64
     const int64_t b1 = std::min(n, b0 + kBlock), rows = b1 - b0;
     BlockFactors(r, b0, b1);
     // (Q R)(K F E..)^T and (K R)(K F E..)^T with every earlier block.
+    // The earlier blocks' K F rows then take E_b, for the next blocks.
     for (int64_t s0 = 0; s0 < b0; s0 += kBlock) {
       DotsWithBlock(r.rel_k, rows, r.kf + s0 * dk, dk, [&](int64_t i) { return cv.beta[b0 + i]; }, attn + b0 * cp + s0, cp);
-      DotsWithBlock(r.rel_q, rows, r.kf + s0 * dk, dk, [&](int64_t) { return scale; }, qk + b0 * cp + s0, cp);
+      DotsWithBlock(r.rel_q, rows, r.kf + s0 * dk, dk, [&](int64_t) { return scale; }, qk + b0 * cp + s0, cp,
+                    r.block_decay);
     }
-    for (int64_t s = 0; s < b0; ++s) MulRow(r.kf + s * dk, r.block_decay, dk, r.kf + s * dk);  // the next blocks' E..
     DiagonalBlock(r, b0, b1, cv.beta, scale, attn, qk, cp);
   }
   for (int64_t i = 0; i < cp; ++i) {

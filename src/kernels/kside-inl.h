@@ -152,8 +152,12 @@ constexpr int kDotBlockRows = 2;
 // together (SumFour); store(i, v) receives row i, lane j of v = a_i . b_j.
 // Shared by K K^T, Q K^T (LowerDotProducts) and KDA's products with earlier
 // blocks (kda.cc).
-template <class Store>
-HWY_INLINE void DotBlock(const float* const (&ar)[4], const float* const (&br)[4], int64_t dk, const Store& store) {
+// last_b_use(r, bv): called on the last pass with the b rows' vectors at
+// channel r, after their last multiply-add (KDA rescales them there, in
+// place, without a pass of its own).
+template <class Store, class LastBUse>
+HWY_INLINE void DotBlock(const float* const (&ar)[4], const float* const (&br)[4], int64_t dk, const Store& store,
+                         const LastBUse& last_b_use) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   using V = hn::Vec<decltype(d)>;
@@ -169,9 +173,14 @@ HWY_INLINE void DotBlock(const float* const (&ar)[4], const float* const (&br)[4
         const V av = hn::Load(d, ar[i0 + i] + r);
         for (int j = 0; j < 4; ++j) acc[i][j] = hn::MulAdd(av, bv[j], acc[i][j]);
       }
+      if (i0 + R == 4) last_b_use(r, bv);
     }
     for (int i = 0; i < R; ++i) store(i0 + i, SumFour(d, acc[i]));
   }
+}
+template <class Store>
+HWY_INLINE void DotBlock(const float* const (&ar)[4], const float* const (&br)[4], int64_t dk, const Store& store) {
+  DotBlock(ar, br, dk, store, [](int64_t, const auto&) {});
 }
 #endif
 
