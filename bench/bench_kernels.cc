@@ -80,9 +80,11 @@ float RunPhase(int phase, int64_t chunk, int64_t dk, int64_t dv, int64_t iters) 
   ChunkVectors cv(base + L.vec, L.c_pad);
   const int64_t n = L.c;
   float sum = 0.0f;
-  // KDA's K side on g = -0.05 in every channel (it leaves e^g in place of g).
+  // KDA's K side on g = -0.05 in every channel, e^g included (the item
+  // driver takes it as it loads g).
   const auto kda_kside = [&] {
     for (int64_t i = 0; i < n * dk; ++i) base[L.kda_g + i] = -0.05f;
+    ExpRows(base + L.kda_g, dk, n);
     KdaPrepareValueHead(L, base, n, 1.0f);
   };
   // The first `tiles` state tiles restored after every 16 calls on each.

@@ -230,7 +230,7 @@ HWY_INLINE void LoadColumn(const TensorView& x, int64_t cols, int64_t col, int64
 HWY_INLINE void LoadDecays(const ItemView& iv, int64_t t, int64_t n, float* HWY_RESTRICT g) {
   const Problem& p = *iv.p;
   const Inputs& in = *iv.in;
-  if (p.per_channel_gate) {  // one per channel: LoadChannelDecays
+  if (p.per_channel_gate) {  // one per channel: LoadChannelDecayFactors
     for (int64_t i = 0; i < n; ++i) g[i] = 0.0f;
   } else if (p.has_g) {
     LoadColumn(in.g, p.Nv, iv.it->head, t, n, g);
@@ -242,31 +242,50 @@ HWY_INLINE void LoadDecays(const ItemView& iv, int64_t t, int64_t n, float* HWY_
   }
 }
 
-// The per-channel log-decays (KDA, docs/SPEC.md 10) of the item's value head
-// for rows [t, t + n) into L.kda_g ([n][dk_pad], padding 0): given, or from
-// the raw gate a with the head's Dk biases (gate-inl.h's GateChannels, the
-// decode step's arithmetic), or 0.
-HWY_INLINE void LoadChannelDecays(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base, int64_t t,
-                                  int64_t n) {
+// The per-channel decay factors e^g (KDA, docs/SPEC.md 10) of the item's
+// value head for rows [t, t + n) into L.kda_g ([n][dk_pad], padding e^0 =
+// 1), g given, or from the raw gate a with the head's Dk biases (gate-inl.h's
+// GateChannels, the decode step's arithmetic), or 0. A given g goes from the
+// tensor through the exponential in registers; the raw gate's rows (and a
+// row's last part of under two vectors) through kda_g while in L1. Loading
+// the rows and taking e^g in a pass of its own (kda.cc) cost 1-2% of a call.
+HWY_INLINE void LoadChannelDecayFactors(const ItemView& iv, const ScratchLayout& L, float* HWY_RESTRICT base,
+                                        int64_t t, int64_t n) {
   const Problem& p = *iv.p;
   const Inputs& in = *iv.in;
   const int64_t h = iv.it->head, dk = L.dk_pad;
-  float* g = base + L.kda_g;
+  float* e = base + L.kda_g;
   if (!p.has_g && !p.has_gate) {
-    for (int64_t i = 0; i < n * dk; ++i) g[i] = 0.0f;
+    for (int64_t i = 0; i < n * dk; ++i) e[i] = 1.0f;
     return;
   }
-  const TensorView& src = p.has_g ? in.g : in.a;
-  for (int64_t i = 0; i < n; ++i) LoadRow(At(src, ((t + i) * p.Nv + h) * p.Dk), src.dtype, p.Dk, g + i * dk, dk);
-  if (!p.has_g) {
-    HWY_ALIGN float bias[kMaxHeadDim];
-    HeadGate gate = iv.gate;
-    if (in.dt_bias.present()) {
-      LoadRow(At(in.dt_bias, h * p.Dk), in.dt_bias.dtype, p.Dk, bias, p.Dk);
-      gate.dt_bias_row = bias;
-    }
-    for (int64_t i = 0; i < n; ++i) GateChannels(g + i * dk, p.Dk, gate);
+  HWY_ALIGN float bias[kMaxHeadDim];
+  HeadGate gate = iv.gate;
+  if (!p.has_g && in.dt_bias.present()) {
+    LoadRow(At(in.dt_bias, h * p.Dk), in.dt_bias.dtype, p.Dk, bias, p.Dk);
+    gate.dt_bias_row = bias;
   }
+  const TensorView& src = p.has_g ? in.g : in.a;
+  ForDType(src.dtype, [&](auto tag) {
+    constexpr DType kT = decltype(tag)::value;
+    const hn::ScalableTag<float> d;
+    const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+    const int64_t in_registers = p.has_g ? p.Dk - p.Dk % (2 * N) : 0;  // channels [0, in_registers)
+    const uint8_t* row = static_cast<const uint8_t*>(At(src, (t * p.Nv + h) * p.Dk));
+    const int64_t stride = p.Nv * p.Dk * kDTypeBytes<kT>;
+    for (int64_t i = 0; i < n; ++i, row += stride) {
+      float* dst = e + i * dk;
+      for (int64_t c = 0; c < in_registers; c += 2 * N) {
+        hn::Vec<decltype(d)> v[2] = {LoadVectorAs<kT>(d, row, c), LoadVectorAs<kT>(d, row, c + N)};
+        ExpOfLogDecay(d, v);
+        hn::Store(v[0], d, dst + c);
+        hn::Store(v[1], d, dst + c + N);
+      }
+      LoadRowAs<kT>(row + in_registers * kDTypeBytes<kT>, p.Dk - in_registers, dst + in_registers, dk - in_registers);
+      if (!p.has_g) GateChannels(dst, p.Dk, gate);
+      ExpRows(dst + in_registers, dk - in_registers, 1);
+    }
+  });
 }
 
 // beta and g of the item's value head for rows [t, t + n).
@@ -357,8 +376,7 @@ HWY_INLINE void RecurrentSpan(const ItemView& iv, const ScratchLayout& L, float*
   const float* decay = nullptr;
   const float* ka = nullptr;
   if (L.kda) {
-    LoadChannelDecays(iv, L, base, t, n);
-    ExpRows(base + L.kda_g, L.dk_pad, n);
+    LoadChannelDecayFactors(iv, L, base, t, n);
     for (int64_t i = 0; i < n; ++i) {
       MulRow(base + L.k + i * L.dk_pad, base + L.kda_g + i * L.dk_pad, L.dk_pad, base + L.kda_k + i * L.dk_pad);
     }
@@ -404,7 +422,7 @@ HWY_INLINE void PrepareValueHeadTimed(const ItemView& iv, const ScratchLayout& L
   {
     CGDR_PHASE(kHeadVectors);
     LoadHeadVectors(iv, L, base, t, n);
-    if (L.kda) LoadChannelDecays(iv, L, base, t, n);
+    if (L.kda) LoadChannelDecayFactors(iv, L, base, t, n);
   }
   CGDR_PHASE(kValueHeadPrep);
   if (L.kda) return KdaPrepareValueHead(L, base, n, scale);

@@ -108,7 +108,7 @@ HWY_INLINE void ExpRows(float* HWY_RESTRICT x, int64_t dk, int64_t n) {
 
 // The K side of a chunk of n rows for one value head, per channel (kda.cc):
 // expects q, k (normalised, zero-padded to dk_pad) in L.q, L.k, the
-// log-decays in L.kda_g ([n][dk_pad], padding 0) and beta in the
+// decay factors e^g in L.kda_g ([n][dk_pad], padding 1) and beta in the
 // ChunkVectors. Leaves
 //   attn = A = (I + L)^-1, qk = P (lower, incl. the diagonal, scaled),
 //   kda_q = Q e^G, kda_k = K e^G, kda_kf = K e^(G_last - G), kda_decay = e^G_last,

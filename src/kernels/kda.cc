@@ -48,7 +48,7 @@ static_assert(kBlock == 4, "DotsWithBlock and DiagonalBlock are written for bloc
 // The chunk's per-channel rows in scratch (ScratchLayout's kda_* buffers).
 struct KdaRows {
   int64_t dk = 0;
-  const float* eg;     // [n][dk] e^g (ExpRows of the log-decays, in place)
+  const float* eg;     // [n][dk] e^g: every decay below is a product of these
   const float* q;      // [n][dk] normalised rows
   const float* k;
   float* rel_q;        // [kBlock][dk] the current block's Q R_t ...
@@ -232,7 +232,6 @@ void KdaPrepareValueHead(const ScratchLayout& L, float* HWY_RESTRICT base, int64
     attn[i] = 0.0f;
     qk[i] = 0.0f;
   }
-  ExpRows(base + L.kda_g, dk, n);  // e^g: every decay below is a product of these
   for (int64_t c = 0; c < dk; ++c) r.origin[c] = 1.0f;
   for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
     const int64_t b1 = std::min(n, b0 + kBlock), rows = b1 - b0;

@@ -82,7 +82,7 @@ struct ScratchLayout {
   int64_t amx_flags = 0;  // which operands have a nonzero lo plane (one word each)
   // The per-channel gate only (KDA, docs/SPEC.md 10; empty otherwise), per
   // value head; the chunk's rows in blocks of kKdaBlockRows (kernels/kda.cc):
-  int64_t kda_g = 0;    // [c][dk_pad]  log-decays g, then e^g
+  int64_t kda_g = 0;    // [c][dk_pad]  decay factors e^g
   int64_t kda_q = 0;    // [c][dk_pad]  Q * e^G
   int64_t kda_k = 0;    // [c][dk_pad]  K * e^G
   int64_t kda_kf = 0;   // [c][dk_pad]  K * e^(G_o' - G) (o': the end of its own block), then K * e^(G_last - G)
