@@ -514,7 +514,9 @@ TEST(CApiVersion, CpuDescriptionIsTheLibrarys) {
   const char* first = cgdr_cpu_description();
   ASSERT_NE(first, nullptr);
   EXPECT_EQ(std::string(first), CpuDescription());
+#if defined(__x86_64__) || defined(__i386__)
   EXPECT_NE(std::string(first).find(" (family "), std::string::npos) << first;
+#endif
   std::string other;
   std::thread([&] { other = cgdr_cpu_description(); }).join();
   EXPECT_STREQ(first, other.c_str());  // still valid: another thread's call has its own string
