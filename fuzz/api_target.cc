@@ -63,8 +63,9 @@ int32_t Length(ByteReader& r) {
 
 // ---- one problem: the views plus what backs them
 
-enum Slot { kQuery, kKey, kValue, kBeta, kG, kInitialState, kSeqLens, kOut, kFinalState, kSlots };
-const char* const kSlotNames[kSlots] = {"query", "key", "value", "beta", "g", "initial_state", "seq_lens", "out", "final_state"};
+enum Slot { kQuery, kKey, kValue, kBeta, kG, kInitialState, kSeqLens, kOut, kFinalState, kA, kALog, kDtBias, kSlots };
+const char* const kSlotNames[kSlots] = {"query", "key",         "value", "beta", "g",     "initial_state",
+                                        "seq_lens", "out",      "final_state", "a", "A_log", "dt_bias"};
 
 struct Views {
   TensorView t[kSlots];
@@ -103,7 +104,6 @@ Views BuildPrefill(ByteReader& r, std::vector<int32_t>* lens, Options* opt) {
   v.t[kKey] = TensorView(nullptr, dt, {T, Nk, Dk});
   v.t[kValue] = TensorView(nullptr, dt, {T, Nv, Dv});
   v.t[kBeta] = TensorView(nullptr, dt, {T, Nv});
-  v.t[kG] = TensorView(nullptr, gdt, {T, Nv});
   v.t[kInitialState] = TensorView(nullptr, sdt, {B, Nv, kv ? Dk : Dv, kv ? Dv : Dk});
   v.t[kSeqLens] = TensorView(nullptr, DType::kI32, {B});
   v.t[kOut] = TensorView(nullptr, dt, {T, Nv, Dv});
@@ -113,10 +113,23 @@ Views BuildPrefill(ByteReader& r, std::vector<int32_t>* lens, Options* opt) {
     v.alias_of[s] = -1;
     v.present[s] = true;
   }
-  v.present[kG] = optional & 1;
   v.present[kInitialState] = optional & 2;
   v.present[kFinalState] = optional & 4;
   if (!v.present[kInitialState]) v.t[kFinalState].dtype = dt;
+  // The decay (docs/SPEC.md 6d.1, 10), in the same byte: g or the raw gate a
+  // (with A_log, dt_bias, each of which may be left out), one per head or
+  // one per key channel (KDA); beta as given or through the sigmoid.
+  const bool per_channel = optional & 8, raw_gate = optional & 16;
+  const std::vector<int64_t> gate_shape = per_channel ? std::vector<int64_t>{T, Nv, Dk} : std::vector<int64_t>{T, Nv};
+  v.t[kG] = TensorView(nullptr, gdt, gate_shape);
+  v.t[kA] = TensorView(nullptr, gdt, gate_shape);
+  v.t[kALog] = TensorView(nullptr, gdt, {Nv});
+  v.t[kDtBias] = TensorView(nullptr, gdt, {per_channel ? Nv * Dk : Nv});
+  v.present[kG] = !raw_gate && (optional & 1);
+  v.present[kA] = raw_gate && (optional & 1);
+  v.present[kALog] = v.present[kA] && !(optional & 32);
+  v.present[kDtBias] = v.present[kA] && !(optional & 64);
+  opt->use_beta_sigmoid = optional & 128;
   return v;
 }
 
@@ -138,8 +151,14 @@ Options MutateOptions(ByteReader& r, Options opt) {
   if (r.U8() & 1) opt.precision = r.Pick<Precision>({Precision::kFp32, Precision::kBf16, Precision::kBf16x3,
                                                     Precision::kBf16x4, Precision::kAuto, static_cast<Precision>(5),
                                                     static_cast<Precision>(255)});
-  if (r.U8() & 1) opt.engine = r.Pick<Engine>({Engine::kAuto, Engine::kVector, Engine::kAmx, Engine::kAmxEmulated,
-                                              static_cast<Engine>(4), static_cast<Engine>(255)});
+  const uint8_t more = r.U8();
+  if (more & 1) opt.engine = r.Pick<Engine>({Engine::kAuto, Engine::kVector, Engine::kAmx, Engine::kAmxEmulated,
+                                            static_cast<Engine>(4), static_cast<Engine>(255)});
+  if ((more & 6) == 6) {  // the raw gate's lower bound (docs/SPEC.md 10.2): 0 or finite < 0 only
+    opt.gate_lower_bound = r.Pick<double>({-5.0, -0.5, 0.0, 1.0, -1e-300, -std::numeric_limits<double>::max(),
+                                           std::numeric_limits<double>::quiet_NaN(),
+                                           -std::numeric_limits<double>::infinity()});
+  }
   return opt;
 }
 
@@ -264,7 +283,24 @@ void CheckAccepted(const Inputs& in, const Outputs& out, const Problem& p) {
     sum += l;
   }
   FUZZ_CHECK(sum == p.T, "lengths do not sum to T");
-  const TensorView* inputs[] = {&in.query, &in.key, &in.value, &in.beta, &in.g, &in.initial_state, &in.seq_lens};
+  // The decay: g or the raw gate, never both; A_log unless bounded; one per
+  // head, or one per key channel in every decay tensor (KDA).
+  FUZZ_CHECK(!(in.g.present() && in.a.present()), "g and a both accepted");
+  FUZZ_CHECK(p.has_gate == in.a.present() && p.has_g == in.g.present(), "has_g, has_gate");
+  FUZZ_CHECK(in.a.present() || (!in.A_log.present() && !in.dt_bias.present()), "A_log or dt_bias without a accepted");
+  FUZZ_CHECK(!in.a.present() || in.A_log.present() || p.options.gate_lower_bound < 0.0, "a without A_log accepted");
+  FUZZ_CHECK(p.options.gate_lower_bound == 0.0 || (in.a.present() && std::isfinite(p.options.gate_lower_bound) &&
+                                                   p.options.gate_lower_bound < 0.0),
+             "a lower bound accepted that is not finite < 0, or without a");
+  const TensorView& decay = in.a.present() ? in.a : in.g;
+  if (decay.present()) {
+    const int64_t per_head = p.per_channel_gate ? p.Dk : 1;
+    FUZZ_CHECK(decay.numel() == p.T * p.Nv * per_head, "the decay's shape");
+    FUZZ_CHECK(!in.dt_bias.present() || in.dt_bias.numel() == p.Nv * per_head, "dt_bias's shape");
+    FUZZ_CHECK(!in.A_log.present() || in.A_log.numel() == p.Nv, "A_log's shape");
+  }
+  const TensorView* inputs[] = {&in.query, &in.key,      &in.value, &in.beta,  &in.g,
+                                &in.initial_state, &in.seq_lens, &in.a, &in.A_log, &in.dt_bias};
   for (const TensorView* o : {&out.out, &out.final_state}) {
     for (const TensorView* i : inputs) {
       const bool exact_alias = o == &out.final_state && i == &in.initial_state && o->data == i->data &&
@@ -304,6 +340,9 @@ void FuzzPrefill(ByteReader& r) {
   const bool real = Back(r, &v, lens, &backing);
   if (!real) opt.check_values = false;  // placeholders must never be read
   Inputs in{v.t[kQuery], v.t[kKey], v.t[kValue], v.t[kBeta], v.t[kG], v.t[kInitialState], v.t[kSeqLens]};
+  in.a = v.t[kA];
+  in.A_log = v.t[kALog];
+  in.dt_bias = v.t[kDtBias];
   Outputs out{v.t[kOut], v.t[kFinalState]};
 
   Problem p;
@@ -392,8 +431,31 @@ void FuzzDecode(ByteReader& r) {
     }
     t[i].data = p;
   }
-  const bool has_g = r.Bool();
-  DecodeInputs in{t[0], t[1], t[2], t[3], has_g ? t[4] : TensorView(), t[5], t[6]};
+  // The decay (docs/SPEC.md 6d.1, 10), chosen after the rest so that older
+  // inputs keep their meaning: none, g [N, Nv] (bit 0 alone), or with bit 1
+  // one per key channel [N, Nv, Dk] (KDA), with bit 2 the raw gate a in
+  // g's place (A_log, dt_bias each left out by bits 3, 4). Unmutated, real.
+  const uint8_t gate = r.U8();
+  const bool has_decay = gate & 1, per_channel = gate & 2, raw_gate = gate & 4;
+  const auto real_input = [&](int slot, DType dtype, std::vector<int64_t> shape) {
+    TensorView x(nullptr, dtype, shape);
+    const int64_t bytes = BytesOf(x);
+    blocks.emplace_back(new uint8_t[static_cast<size_t>(std::max<int64_t>(bytes, 1))]);
+    FillInput(r, slot, x, blocks.back().get(), bytes, r.U8() < 32);
+    x.data = blocks.back().get();
+    return x;
+  };
+  const int64_t per_head = per_channel ? Dk : 1;
+  const std::vector<int64_t> gate_shape = per_channel ? std::vector<int64_t>{N, Nv, Dk} : std::vector<int64_t>{N, Nv};
+  const TensorView decay = !has_decay                ? TensorView()
+                           : per_channel || raw_gate ? real_input(raw_gate ? kA : kG, dt, gate_shape)
+                                                     : t[4];
+  DecodeInputs in{t[0], t[1], t[2], t[3], raw_gate ? TensorView() : decay, t[5], t[6]};
+  if (raw_gate && has_decay) {
+    in.a = decay;
+    if (!(gate & 8)) in.A_log = real_input(kALog, dt, {Nv});
+    if (!(gate & 16)) in.dt_bias = real_input(kDtBias, dt, {Nv * per_head});
+  }
   const DecodeOutputs o{t[7]};
   if (!real) opt.check_values = false;
   if (opt.threads > 2 && opt.threads <= 4096) opt.threads = 2;  // valid either way; keeps runs cheap

@@ -1,8 +1,10 @@
 // Fuzz target (c): differential. The bytes pick a small, valid, well-
 // conditioned problem (SPEC 6: q, k unit rows or l2norm, beta in (0,1),
 // g <= 0) and the run options (any formulation, threads, V tile, Dk bucket,
-// layout, dtypes); cgdr::Run must accept it and agree with the FP64
-// reference within the SPEC 6 limits, out and final_state alike.
+// layout, dtypes), then the gate's form (docs/SPEC.md 6d.1, 10.2: g given,
+// or the raw gate a with or without A_log, dt_bias and a lower bound; beta
+// as given or through the sigmoid); cgdr::Run must accept it and agree with
+// the FP64 reference within the SPEC 6 limits, out and final_state alike.
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -36,12 +38,23 @@ double Limit(const std::vector<double>& ref, DType t, Precision precision, int64
   return t == DType::kF32 ? f32 : 2.0 * RoundingError(ref, t) + f32;
 }
 
-std::string Describe(const CaseSpec& s, const Options& o) {
+// Which of the raw gate's optional parameters the run passes (docs/SPEC.md
+// 6d.1: dt_bias may be absent; A_log only where the gate is bounded).
+struct GateParams {
+  bool a_log = true, dt_bias = true;
+};
+
+std::string Describe(const CaseSpec& s, const GateParams& gate, const Options& o) {
   std::ostringstream os;
   os << "Nk=" << s.Nk << " Nv=" << s.Nv << " Dk=" << s.Dk << " Dv=" << s.Dv << " lens=";
   for (int32_t l : s.lens) os << l << ",";
   os << " dtype=" << DTypeName(s.dtype) << " g=" << (s.has_g ? DTypeName(s.g_dtype) : "none")
-     << (s.per_channel_gate ? " per-channel" : "") << " g_min=" << s.g_min
+     << (s.per_channel_gate ? " per-channel" : "") << " g_min=" << s.g_min;
+  if (s.raw_gate) {
+    os << " raw_gate=" << DTypeName(s.gate_param_dtype) << (gate.a_log ? "+A_log" : "") << (gate.dt_bias ? "+dt_bias" : "")
+       << " lower_bound=" << s.gate_lower_bound;
+  }
+  os << " beta_sigmoid=" << s.beta_sigmoid
      << " state=" << (s.has_initial_state ? DTypeName(s.state_dtype) : "none") << " final=" << s.want_final_state
      << " layout=" << StateLayoutName(s.layout) << " l2norm=" << s.use_qk_l2norm << " scale=" << s.scale
      << " seed=" << s.seed << " algo=" << AlgoName(o.algo) << " threads=" << o.threads << " v_step=" << o.v_step
@@ -93,6 +106,26 @@ Options ReadOptions(ByteReader& r, const CaseSpec& s) {
   // hardware where the CPU has it (auto, amx).
   o.engine = r.Pick<Engine>({Engine::kAuto, Engine::kVector, Engine::kAmx, Engine::kAmxEmulated, Engine::kAmxEmulated});
   return o;
+}
+
+// The gate's form, read after everything else so that inputs written
+// before it existed keep their meaning (an exhausted reader gives 0: g as
+// given, beta as given). The raw gate takes the place of g (and its
+// per-channel shape); the bounds cover fla's KDA gate (-5) and a tight one.
+GateParams ReadGate(ByteReader& r, CaseSpec* s, Options* o) {
+  const uint8_t flags = r.U8();
+  GateParams gate;
+  s->beta_sigmoid = flags & 1;
+  s->raw_gate = s->has_g && (flags & 2);
+  if (s->raw_gate) {
+    s->gate_lower_bound = r.Pick<double>({0.0, 0.0, -5.0, -0.5});
+    s->gate_param_dtype = r.Pick<DType>({DType::kF32, DType::kF32, DType::kF16, DType::kBF16});
+    gate.dt_bias = !(flags & 4);
+    gate.a_log = s->gate_lower_bound == 0.0 || !(flags & 8);
+  }
+  o->use_beta_sigmoid = s->beta_sigmoid;
+  o->gate_lower_bound = s->gate_lower_bound;
+  return gate;
 }
 
 // Shortens the sequences (then, with no tokens left, narrows V) until the
@@ -149,8 +182,9 @@ void FillUniform(Bytes& buf, DType t, double lo, double hi, Rng& rng) {
 }
 
 // MakeCase's buffers (same layout, same well-conditioned ranges: unit q, k
-// rows unless l2norm, beta in [0.05, 0.95], g in [g_min, 0], state in
-// [-0.5, 0.5]) filled by the fast generator.
+// rows unless l2norm, beta in [0.05, 0.95] or logits in [-3, 3], g in
+// [g_min, 0] or the raw gate's, state in [-0.5, 0.5]) filled by the fast
+// generator.
 Case FastCase(const CaseSpec& spec) {
   Case c;
   c.spec = spec;
@@ -167,10 +201,19 @@ Case FastCase(const CaseSpec& spec) {
   FillRows(c.query, spec.dtype, spec.Dk, !spec.use_qk_l2norm, rng);
   FillRows(c.key, spec.dtype, spec.Dk, !spec.use_qk_l2norm, rng);
   FillRows(c.value, spec.dtype, spec.Dv, false, rng);
-  FillUniform(c.beta, spec.dtype, 0.05, 0.95, rng);
-  if (spec.has_g) {
-    c.g = alloc(T * spec.Nv * (spec.per_channel_gate ? spec.Dk : 1), spec.g_dtype);
+  FillUniform(c.beta, spec.dtype, spec.beta_sigmoid ? -3.0 : 0.05, spec.beta_sigmoid ? 3.0 : 0.95, rng);
+  const int64_t per_head = spec.per_channel_gate ? spec.Dk : 1;  // gates per (token, head)
+  if (spec.has_g && !spec.raw_gate) {
+    c.g = alloc(T * spec.Nv * per_head, spec.g_dtype);
     FillUniform(c.g, spec.g_dtype, spec.g_min, 0.0, rng);
+  }
+  if (spec.raw_gate) {  // a + dt_bias in [-4, 0.5]: decays from ~0.98 to ~0.03 a token at A_log = 0.5
+    c.a = alloc(T * spec.Nv * per_head, spec.g_dtype);
+    c.A_log = alloc(spec.Nv, spec.gate_param_dtype);
+    c.dt_bias = alloc(spec.Nv * per_head, spec.gate_param_dtype);
+    FillUniform(c.a, spec.g_dtype, -3.0, 0.5, rng);
+    FillUniform(c.A_log, spec.gate_param_dtype, -1.0, 0.5, rng);
+    FillUniform(c.dt_bias, spec.gate_param_dtype, -1.0, 0.0, rng);
   }
   const int64_t state_n = B * spec.Nv * spec.Dk * spec.Dv;
   if (spec.has_initial_state) {
@@ -189,6 +232,21 @@ Case FastCase(const CaseSpec& spec) {
 struct Fp32Result {
   std::vector<float> out, final_state;
 };
+
+// g of token t, value head h, key channel c (0 for one per head) in FP32:
+// given, or the raw gate's formula (docs/SPEC.md 6d.1, 10.2), or 0.
+float LogDecay(const Inputs& in, const Problem& p, int64_t t, int64_t h, int64_t c) {
+  const int64_t per_head = p.per_channel_gate ? p.Dk : 1;
+  const int64_t at = (t * p.Nv + h) * per_head + c;
+  if (in.g.present()) return LoadAsF32(in.g.data, in.g.dtype, at);
+  if (!in.a.present()) return 0.0f;
+  const float bias = in.dt_bias.present() ? LoadAsF32(in.dt_bias.data, in.dt_bias.dtype, h * per_head + c) : 0.0f;
+  const float x = LoadAsF32(in.a.data, in.a.dtype, at) + bias;
+  const float a_log = in.A_log.present() ? LoadAsF32(in.A_log.data, in.A_log.dtype, h) : 0.0f;
+  const float bound = static_cast<float>(p.options.gate_lower_bound);
+  if (bound != 0.0f) return bound / (1.0f + std::exp(-(in.A_log.present() ? std::exp(a_log) * x : x)));
+  return -std::exp(a_log) * (x > 20.0f ? x : std::log1p(std::exp(x)));
+}
 
 Fp32Result Fp32Recurrence(const Inputs& in, const Problem& p) {
   const int64_t Dk = p.Dk, Dv = p.Dv, group = p.Nv / p.Nk;
@@ -219,10 +277,11 @@ Fp32Result Fp32Recurrence(const Inputs& in, const Problem& p) {
       for (int64_t t = t0; t < t0 + p.seq_lens[b]; ++t) {
         row(in.query, t * p.Nk + h / group, q);
         row(in.key, t * p.Nk + h / group, k);
-        const float beta = LoadAsF32(in.beta.data, in.beta.dtype, t * p.Nv + h);
+        const float b_in = LoadAsF32(in.beta.data, in.beta.dtype, t * p.Nv + h);
+        const float beta = p.options.use_beta_sigmoid ? 1.0f / (1.0f + std::exp(-b_in)) : b_in;
         for (int64_t i = 0; i < Dk; ++i) {  // S = Diag(exp(g)) S: one decay per head, or per key channel (KDA)
-          const int64_t at = p.per_channel_gate ? (t * p.Nv + h) * Dk + i : t * p.Nv + h;
-          const float decay = in.g.present() ? std::exp(LoadAsF32(in.g.data, in.g.dtype, at)) : 1.0f;
+          const int64_t c = p.per_channel_gate ? i : 0;
+          const float decay = std::exp(LogDecay(in, p, t, h, c));
           for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] *= decay;
         }
         for (int64_t j = 0; j < Dv; ++j) {
@@ -288,12 +347,15 @@ double Fp32Error(const TensorView& x, const std::vector<double>& ref, std::vecto
 int FuzzDifferential(const uint8_t* data, size_t size) {
   ByteReader r(data, size);
   CaseSpec spec = ReadSpec(r);
-  const Options opt = ReadOptions(r, spec);
+  Options opt = ReadOptions(r, spec);
+  const GateParams gate = ReadGate(r, &spec, &opt);
   Cap(&spec);
   Case c = FastCase(spec);
-  const Inputs in = c.inputs();
+  Inputs in = c.inputs();
+  if (!gate.a_log) in.A_log = TensorView();
+  if (!gate.dt_bias) in.dt_bias = TensorView();
   const Outputs out = c.outputs();
-  const std::string what = Describe(spec, opt);
+  const std::string what = Describe(spec, gate, opt);
   const Status s = Run(in, out, opt);
   FUZZ_CHECK(s.ok(), "Run rejected a valid problem: " + s.message() + " | " + what);
 

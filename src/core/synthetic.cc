@@ -74,11 +74,11 @@ Case MakeCase(const CaseSpec& spec) {
   }
   if (spec.raw_gate) {  // drawn last: the other tensors are those of the same spec without it
     c.a = Alloc(T * spec.Nv * per_head, spec.g_dtype);
-    c.A_log = Alloc(spec.Nv, DType::kF32);
-    c.dt_bias = Alloc(spec.Nv * per_head, DType::kF32);
+    c.A_log = Alloc(spec.Nv, spec.gate_param_dtype);
+    c.dt_bias = Alloc(spec.Nv * per_head, spec.gate_param_dtype);
     FillUniform(c.a, spec.g_dtype, T * spec.Nv * per_head, -3.0, 0.5, rng);
-    FillUniform(c.A_log, DType::kF32, spec.Nv, -1.0, 0.5, rng);
-    FillUniform(c.dt_bias, DType::kF32, spec.Nv * per_head, -1.0, 0.0, rng);
+    FillUniform(c.A_log, spec.gate_param_dtype, spec.Nv, -1.0, 0.5, rng);
+    FillUniform(c.dt_bias, spec.gate_param_dtype, spec.Nv * per_head, -1.0, 0.0, rng);
   }
   c.out = Alloc(T * spec.Nv * spec.Dv, spec.dtype);
   if (spec.want_final_state) c.final_state = Alloc(state_n, spec.has_initial_state ? spec.state_dtype : spec.dtype);
@@ -98,8 +98,8 @@ Inputs Case::inputs() {
   if (s.has_g && !s.raw_gate) in.g = TensorView(g.data(), s.g_dtype, gate_shape);
   if (s.raw_gate) {
     in.a = TensorView(a.data(), s.g_dtype, gate_shape);
-    in.A_log = TensorView(A_log.data(), DType::kF32, {s.Nv});
-    in.dt_bias = TensorView(dt_bias.data(), DType::kF32, {s.per_channel_gate ? s.Nv * s.Dk : s.Nv});
+    in.A_log = TensorView(A_log.data(), s.gate_param_dtype, {s.Nv});
+    in.dt_bias = TensorView(dt_bias.data(), s.gate_param_dtype, {s.per_channel_gate ? s.Nv * s.Dk : s.Nv});
   }
   const bool kv = s.layout == StateLayout::kKV;
   const std::vector<int64_t> sshape{B, s.Nv, kv ? s.Dk : s.Dv, kv ? s.Dv : s.Dk};

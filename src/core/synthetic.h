@@ -27,8 +27,8 @@ struct CaseSpec {
   float g_max = 0.0f;
   uint64_t seed = 1;
   // Serving (docs/SPEC.md 6d): the raw gate instead of g (a [T, Nv] of
-  // g_dtype, A_log and dt_bias [Nv] f32, g = -exp(A_log) softplus(a +
-  // dt_bias) in [-1.6, 0]), and beta as raw logits b in [-3, 3].
+  // g_dtype, A_log and dt_bias [Nv] of gate_param_dtype, g = -exp(A_log)
+  // softplus(a + dt_bias) in [-1.6, 0]), and beta as raw logits b in [-3, 3].
   bool raw_gate = false;
   bool beta_sigmoid = false;
   // KDA (docs/SPEC.md 10): g (or a) per key channel, [T, Nv, Dk], and with
@@ -36,6 +36,7 @@ struct CaseSpec {
   // the bounded gate lower_bound * sigmoid(exp(A_log) (a + dt_bias)).
   bool per_channel_gate = false;
   double gate_lower_bound = 0.0;
+  DType gate_param_dtype = DType::kF32;  // of A_log and dt_bias
 };
 
 // Storage on 64-byte lines, as torch and most allocators of large tensors
