@@ -482,9 +482,154 @@ void FuzzDecode(ByteReader& r) {
 
 }  // namespace
 
+// ---- verify: decode with a token axis (docs/SPEC.md 6d.2), where each
+// token's state goes back in place, to pool slots named by dst_indices, or
+// to a dense `states` output, the pool's slots possibly apart
+// (options.state_slot_stride). Every tensor is real (a shape too large after
+// the edits: validation only). Checked beyond FuzzDecode's: an accepted call
+// writes only the pool slots its rows may write (never the memory between
+// slots), a rejected one writes nothing.
+
+// The pool's slots a verify call may write: dst_indices' (of rows that run),
+// none with `states`, else each running row's own.
+std::vector<bool> WritableSlots(const DecodeInputs& in, int64_t N, int64_t K, int64_t P) {
+  std::vector<bool> ok(static_cast<size_t>(std::max<int64_t>(P, 0)), false);
+  const auto* src = static_cast<const int32_t*>(in.state_indices.data);
+  const auto* dst = static_cast<const int32_t*>(in.dst_indices.data);
+  for (int64_t n = 0; n < N; ++n) {
+    if (src[n] < 0) continue;
+    for (int64_t j = 0; j < (dst ? K : 1); ++j) {
+      const int64_t slot = dst ? dst[n * K + j] : src[n];
+      if (slot >= 0 && slot < P) ok[static_cast<size_t>(slot)] = true;
+    }
+  }
+  return ok;
+}
+
+void FuzzVerify(ByteReader& r) {
+  const int64_t N = r.Range(0, 3), K = r.Pick<int64_t>({1, 2, 3, 4, 16, 2, 3, 0, 17});
+  const int64_t Nk = r.Range(1, 2), Nv = Nk * r.Range(1, 2);
+  const int64_t Dk = r.Pick<int64_t>({1, 5, 16, 33}), Dv = r.Pick<int64_t>({1, 7, 16});
+  const int64_t P = r.Range(0, 6);
+  const DType dt = r.Pick<DType>({DType::kF32, DType::kF16, DType::kBF16});
+  const DType pdt = r.Pick<DType>({DType::kF32, DType::kF16, DType::kBF16});
+  Options opt = MutateOptions(r, Options{});
+  const bool kv = opt.state_layout == StateLayout::kKV;
+  // Bits 0-1: where the states go (0 in place, 1 dst_indices, 2 states, 3
+  // both: an error); 2: a decay per key channel (KDA); 3: the raw gate; 4:
+  // no decay; 5, 6: no A_log, no dt_bias.
+  const uint8_t form = r.U8();
+  const bool to_slots = form & 1, to_states = form & 2, per_channel = form & 4, raw_gate = form & 8;
+  const bool has_decay = !(form & 16);
+  const int64_t slot = Nv * Dk * Dv;
+  opt.state_slot_stride = r.Pick<int64_t>({0, 0, slot, slot + 5, slot + 64, slot - 1, -1});
+  if (opt.threads > 2 && opt.threads <= 4096) opt.threads = 2;
+
+  enum { kQ, kK, kV, kB, kDecay, kALogT, kDtBiasT, kSrc, kDst, kOutT, kStates, kCount };
+  const std::vector<int64_t> decay_shape = per_channel ? std::vector<int64_t>{N, K, Nv, Dk} : std::vector<int64_t>{N, K, Nv};
+  TensorView t[kCount] = {TensorView(nullptr, dt, {N, K, Nk, Dk}),
+                          TensorView(nullptr, dt, {N, K, Nk, Dk}),
+                          TensorView(nullptr, dt, {N, K, Nv, Dv}),
+                          TensorView(nullptr, dt, {N, K, Nv}),
+                          TensorView(nullptr, dt, decay_shape),
+                          TensorView(nullptr, dt, {Nv}),
+                          TensorView(nullptr, dt, {per_channel ? Nv * Dk : Nv}),
+                          TensorView(nullptr, DType::kI32, {N}),
+                          TensorView(nullptr, DType::kI32, {N, K}),
+                          TensorView(nullptr, dt, {N, K, Nv, Dv}),
+                          TensorView(nullptr, pdt, {N * K, Nv, kv ? Dk : Dv, kv ? Dv : Dk})};
+  const int edits = r.U8() % 3;
+  for (int e = 0; e < edits; ++e) {
+    TensorView& m = t[r.U8() % kCount];
+    switch (r.U8() % 3) {
+      case 0: m.dtype = AnyDType(r); break;
+      case 1: m.rank = r.Pick<int>({0, 1, 2, 3, 4, 5}); break;
+      default: m.shape[r.U8() % TensorView::kMaxRank] = Dim(r); break;
+    }
+  }
+  std::vector<std::unique_ptr<uint8_t[]>> blocks;
+  std::unique_ptr<Guarded> guarded[kCount];
+  bool real = true;
+  for (int i = 0; i < kCount; ++i) {
+    const int64_t bytes = BytesOf(t[i]);
+    if (bytes < 0 || bytes > kMaxRealBytes) {
+      t[i].data = Placeholder(i);
+      real = false;
+    } else if (i == kOutT || i == kStates) {
+      guarded[i] = std::make_unique<Guarded>(static_cast<size_t>(bytes), 4);
+      t[i].data = guarded[i]->data();
+    } else {
+      blocks.emplace_back(new uint8_t[static_cast<size_t>(std::max<int64_t>(bytes, 1))]);
+      uint8_t* p = blocks.back().get();
+      if (i == kSrc || i == kDst) {
+        for (int64_t k = 0; k < bytes / 4; ++k) reinterpret_cast<int32_t*>(p)[k] = static_cast<int32_t>(r.Range(-2, P + 1));
+      } else {
+        FillInput(r, i == kB ? kBeta : i == kDecay && !raw_gate ? kG : kQuery, t[i], p, bytes, r.U8() < 32);
+      }
+      t[i].data = p;
+    }
+  }
+  // The pool: P slots of `slot` elements, `stride` apart (a stride it
+  // refuses gets dense memory), values in [-0.25, 0.25].
+  const int64_t stride = opt.state_slot_stride >= slot ? opt.state_slot_stride : slot;
+  const int64_t pool_elems = P > 0 ? (P - 1) * stride + slot : 0;
+  const int64_t pool_bytes = pool_elems * static_cast<int64_t>(DTypeSize(pdt));
+  if (pool_bytes > kMaxRealBytes) return;
+  Guarded pool(static_cast<size_t>(pool_bytes), 4);
+  for (int64_t i = 0; i < pool_elems; ++i) StoreFromF32(pool.data(), pdt, i, static_cast<float>((i * 29) % 17 - 8) / 32.0f);
+  const std::vector<uint8_t> before(static_cast<uint8_t*>(pool.data()), static_cast<uint8_t*>(pool.data()) + pool_bytes);
+
+  DecodeInputs in;
+  in.query = t[kQ];
+  in.key = t[kK];
+  in.value = t[kV];
+  in.beta = t[kB];
+  if (has_decay && !raw_gate) in.g = t[kDecay];
+  if (has_decay && raw_gate) {
+    in.a = t[kDecay];
+    if (!(form & 32)) in.A_log = t[kALogT];
+    if (!(form & 64)) in.dt_bias = t[kDtBiasT];
+  }
+  in.state_pool = TensorView(pool.data(), pdt, {P, Nv, kv ? Dk : Dv, kv ? Dv : Dk});
+  in.state_indices = t[kSrc];
+  if (to_slots) in.dst_indices = t[kDst];
+  DecodeOutputs out{t[kOutT]};
+  if (to_states) out.states = t[kStates];
+  if (!real) opt.check_values = false;
+
+  DecodeProblem dp;
+  const Status vs = ValidateDecode(in, out, opt, &dp);
+  if (!vs.ok()) CheckError(vs, "ValidateDecode (verify)");
+  if (!real) return;
+  const Status s = DecodeStep(in, out, opt);
+  FUZZ_CHECK(vs.ok() == s.ok(), "DecodeStep disagrees with ValidateDecode (verify): " + s.message());
+  FUZZ_CHECK(pool.GuardsIntact(), "verify wrote outside the pool");
+  for (int i : {kOutT, kStates}) FUZZ_CHECK(!guarded[i] || guarded[i]->GuardsIntact(), "verify wrote outside out or states");
+  const auto* now = static_cast<const uint8_t*>(pool.data());
+  if (!s.ok()) {
+    FUZZ_CHECK(std::equal(before.begin(), before.end(), now), "a rejected verify call wrote the pool");
+    for (int i : {kOutT, kStates}) FUZZ_CHECK(!guarded[i] || guarded[i]->PayloadUntouched(), "a rejected verify call wrote");
+    return;
+  }
+  // Accepted: bytes change only inside slots the call may write.
+  const std::vector<bool> writable = WritableSlots(in, dp.N, dp.K, P);
+  const int64_t esize = static_cast<int64_t>(DTypeSize(pdt));
+  for (int64_t b = 0; b < pool_bytes; ++b) {
+    if (now[b] == before[static_cast<size_t>(b)]) continue;
+    const int64_t e = b / esize, sl = e / stride;
+    FUZZ_CHECK(e % stride < slot, "verify wrote the memory between two pool slots");
+    FUZZ_CHECK(writable[static_cast<size_t>(sl)], "verify wrote pool slot " + std::to_string(sl) + ", which no row may write");
+  }
+  // (Decode does not scan its outputs, docs/SPEC.md 6b: finite inputs of
+  // huge magnitude may give non-finite ones.)
+}
+
 int FuzzApi(const uint8_t* data, size_t size) {
   ByteReader r(data, size);
-  if (r.U8() % 4 == 3) {
+  const uint8_t entry = r.U8();  // an eighth of the inputs verify, an eighth decode, the rest prefill
+  if (entry % 8 == 7) {
+    FuzzVerify(r);
+  } else if (entry % 4 == 3) {
     FuzzDecode(r);
   } else {
     FuzzPrefill(r);
