@@ -480,19 +480,128 @@ void FuzzDecode(ByteReader& r) {
   }
 }
 
-}  // namespace
 
-// ---- verify: decode with a token axis (docs/SPEC.md 6d.2), where each
-// token's state goes back in place, to pool slots named by dst_indices, or
-// to a dense `states` output, the pool's slots possibly apart
-// (options.state_slot_stride). Every tensor is real (a shape too large after
-// the edits: validation only). Checked beyond FuzzDecode's: an accepted call
-// writes only the pool slots its rows may write (never the memory between
-// slots), a rejected one writes nothing.
+// ---- the serving paths: verify (decode with a token axis, docs/SPEC.md
+// 6d.2) and prefill on state pools with checkpoints (6d.3, 6d.4). Every
+// tensor is real (a shape too large after the edits: validation only), the
+// pools' slots possibly apart (options.state_slot_stride). Checked beyond
+// FuzzDecode's: an accepted call writes only the pool slots it may write,
+// never the memory between slots; a rejected one writes nothing.
+
+// A pool of P slots of `slot` elements, `stride` apart (a stride validation
+// refuses gets dense memory), values in [-0.25, 0.25], and its bytes as they
+// were before the call.
+struct PoolMemory {
+  PoolMemory(int64_t P, int64_t slot, int64_t stride, DType dtype)
+      : slot(slot), stride(std::max(stride, slot)), esize(static_cast<int64_t>(DTypeSize(dtype))) {
+    const int64_t elems = P > 0 ? (P - 1) * this->stride + slot : 0;
+    bytes = elems * esize;
+    if (bytes > kMaxRealBytes) return;
+    mem = std::make_unique<Guarded>(static_cast<size_t>(bytes), 4);
+    for (int64_t i = 0; i < elems; ++i) StoreFromF32(mem->data(), dtype, i, static_cast<float>((i * 29) % 17 - 8) / 32.0f);
+    const auto* p = static_cast<const uint8_t*>(mem->data());
+    before.assign(p, p + bytes);
+  }
+  bool Untouched() const { return std::equal(before.begin(), before.end(), static_cast<const uint8_t*>(mem->data())); }
+  // Every byte that changed lies inside a slot marked in `writable`.
+  void CheckWrites(const std::vector<bool>& writable, const char* what) const {
+    FUZZ_CHECK(mem->GuardsIntact(), std::string(what) + " wrote outside the pool");
+    const auto* now = static_cast<const uint8_t*>(mem->data());
+    for (int64_t b = 0; b < bytes; ++b) {
+      if (now[b] == before[static_cast<size_t>(b)]) continue;
+      const int64_t e = b / esize, s = e / stride;
+      FUZZ_CHECK(e % stride < slot, std::string(what) + " wrote the memory between two pool slots");
+      FUZZ_CHECK(writable[static_cast<size_t>(s)], std::string(what) + " wrote pool slot " + std::to_string(s) + ", which it may not write");
+    }
+  }
+  int64_t slot, stride, esize, bytes = 0;
+  std::unique_ptr<Guarded> mem;  // null: too large to back
+  std::vector<uint8_t> before;
+};
+
+// Memory for the edited views of one call: inputs filled as FillInput fills
+// `slot` (indices in [-2, P + 1]), outputs guarded.
+struct RealTensors {
+  void Input(ByteReader& r, TensorView* t, int slot, int64_t P) {
+    const int64_t bytes = BytesOf(*t);
+    if (!Fits(t, bytes)) return;
+    blocks.emplace_back(new uint8_t[static_cast<size_t>(std::max<int64_t>(bytes, 1))]);
+    uint8_t* p = blocks.back().get();
+    if (t->dtype == DType::kI32) {
+      for (int64_t k = 0; k < bytes / 4; ++k) reinterpret_cast<int32_t*>(p)[k] = static_cast<int32_t>(r.Range(-2, P + 1));
+    } else {
+      FillInput(r, slot, *t, p, bytes, r.U8() < 32);
+    }
+    t->data = p;
+  }
+  void Output(TensorView* t) {
+    const int64_t bytes = BytesOf(*t);
+    if (!Fits(t, bytes)) return;
+    outputs.push_back(std::make_unique<Guarded>(static_cast<size_t>(bytes), 4));
+    t->data = outputs.back()->data();
+  }
+  bool GuardsIntact() const {
+    for (const auto& g : outputs) if (!g->GuardsIntact()) return false;
+    return true;
+  }
+  bool Untouched() const {
+    for (const auto& g : outputs) if (!g->PayloadUntouched()) return false;
+    return true;
+  }
+  // Too large: a placeholder, or no tensor for indices (validation reads
+  // their values once the shapes agree).
+  bool Fits(TensorView* t, int64_t bytes) {
+    if (bytes >= 0 && bytes <= kMaxRealBytes) return true;
+    t->data = t->dtype == DType::kI32 ? nullptr : Placeholder(static_cast<int>(blocks.size() + outputs.size()));
+    real = false;
+    return false;
+  }
+  std::vector<std::unique_ptr<uint8_t[]>> blocks;
+  std::vector<std::unique_ptr<Guarded>> outputs;
+  bool real = true;
+};
+
+// 0 .. 2 edits of one of the views: dtype, rank or a dimension.
+void EditViews(ByteReader& r, TensorView* t, int count) {
+  const int edits = r.U8() % 3;
+  for (int e = 0; e < edits; ++e) {
+    TensorView& m = t[r.U8() % count];
+    switch (r.U8() % 3) {
+      case 0: m.dtype = AnyDType(r); break;
+      case 1: m.rank = r.Pick<int>({0, 1, 2, 3, 4, 5}); break;
+      default: m.shape[r.U8() % TensorView::kMaxRank] = Dim(r); break;
+    }
+  }
+}
+
+// The decay's views: g or a [lead..., Nv] (or [lead..., Nv, Dk] per key
+// channel, KDA), A_log [Nv], dt_bias [Nv] (or [Nv * Dk]).
+struct DecayViews {
+  TensorView decay, a_log, dt_bias;
+};
+DecayViews MakeDecayViews(std::vector<int64_t> lead, int64_t Nv, int64_t Dk, bool per_channel, DType dt) {
+  lead.push_back(Nv);
+  if (per_channel) lead.push_back(Dk);
+  return {TensorView(nullptr, dt, lead), TensorView(nullptr, dt, {Nv}), TensorView(nullptr, dt, {per_channel ? Nv * Dk : Nv})};
+}
+
+// Bits of `form` from `bit`: no decay; the raw gate (else g); no A_log; no
+// dt_bias. Sets the call's g or a, A_log, dt_bias.
+template <class In>
+void SetDecay(uint8_t form, int bit, const DecayViews& d, In* in) {
+  if (form & (1 << bit)) return;
+  if (!(form & (2 << bit))) {
+    in->g = d.decay;
+    return;
+  }
+  in->a = d.decay;
+  if (!(form & (4 << bit))) in->A_log = d.a_log;
+  if (!(form & (8 << bit))) in->dt_bias = d.dt_bias;
+}
 
 // The pool's slots a verify call may write: dst_indices' (of rows that run),
 // none with `states`, else each running row's own.
-std::vector<bool> WritableSlots(const DecodeInputs& in, int64_t N, int64_t K, int64_t P) {
+std::vector<bool> VerifyWritableSlots(const DecodeInputs& in, int64_t N, int64_t K, int64_t P) {
   std::vector<bool> ok(static_cast<size_t>(std::max<int64_t>(P, 0)), false);
   const auto* src = static_cast<const int32_t*>(in.state_indices.data);
   const auto* dst = static_cast<const int32_t*>(in.dst_indices.data);
@@ -516,119 +625,184 @@ void FuzzVerify(ByteReader& r) {
   Options opt = MutateOptions(r, Options{});
   const bool kv = opt.state_layout == StateLayout::kKV;
   // Bits 0-1: where the states go (0 in place, 1 dst_indices, 2 states, 3
-  // both: an error); 2: a decay per key channel (KDA); 3: the raw gate; 4:
-  // no decay; 5, 6: no A_log, no dt_bias.
+  // both: an error); 2: a decay per key channel (KDA); 3-6: SetDecay's.
   const uint8_t form = r.U8();
-  const bool to_slots = form & 1, to_states = form & 2, per_channel = form & 4, raw_gate = form & 8;
-  const bool has_decay = !(form & 16);
+  const bool to_slots = form & 1, to_states = form & 2, per_channel = form & 4;
   const int64_t slot = Nv * Dk * Dv;
   opt.state_slot_stride = r.Pick<int64_t>({0, 0, slot, slot + 5, slot + 64, slot - 1, -1});
   if (opt.threads > 2 && opt.threads <= 4096) opt.threads = 2;
 
   enum { kQ, kK, kV, kB, kDecay, kALogT, kDtBiasT, kSrc, kDst, kOutT, kStates, kCount };
-  const std::vector<int64_t> decay_shape = per_channel ? std::vector<int64_t>{N, K, Nv, Dk} : std::vector<int64_t>{N, K, Nv};
+  const DecayViews d = MakeDecayViews({N, K}, Nv, Dk, per_channel, dt);
   TensorView t[kCount] = {TensorView(nullptr, dt, {N, K, Nk, Dk}),
                           TensorView(nullptr, dt, {N, K, Nk, Dk}),
                           TensorView(nullptr, dt, {N, K, Nv, Dv}),
                           TensorView(nullptr, dt, {N, K, Nv}),
-                          TensorView(nullptr, dt, decay_shape),
-                          TensorView(nullptr, dt, {Nv}),
-                          TensorView(nullptr, dt, {per_channel ? Nv * Dk : Nv}),
+                          d.decay,
+                          d.a_log,
+                          d.dt_bias,
                           TensorView(nullptr, DType::kI32, {N}),
                           TensorView(nullptr, DType::kI32, {N, K}),
                           TensorView(nullptr, dt, {N, K, Nv, Dv}),
                           TensorView(nullptr, pdt, {N * K, Nv, kv ? Dk : Dv, kv ? Dv : Dk})};
-  const int edits = r.U8() % 3;
-  for (int e = 0; e < edits; ++e) {
-    TensorView& m = t[r.U8() % kCount];
-    switch (r.U8() % 3) {
-      case 0: m.dtype = AnyDType(r); break;
-      case 1: m.rank = r.Pick<int>({0, 1, 2, 3, 4, 5}); break;
-      default: m.shape[r.U8() % TensorView::kMaxRank] = Dim(r); break;
-    }
-  }
-  std::vector<std::unique_ptr<uint8_t[]>> blocks;
-  std::unique_ptr<Guarded> guarded[kCount];
-  bool real = true;
+  EditViews(r, t, kCount);
+  RealTensors mem;
   for (int i = 0; i < kCount; ++i) {
-    const int64_t bytes = BytesOf(t[i]);
-    if (bytes < 0 || bytes > kMaxRealBytes) {
-      t[i].data = Placeholder(i);
-      real = false;
-    } else if (i == kOutT || i == kStates) {
-      guarded[i] = std::make_unique<Guarded>(static_cast<size_t>(bytes), 4);
-      t[i].data = guarded[i]->data();
+    if (i == kOutT || i == kStates) {
+      mem.Output(&t[i]);
     } else {
-      blocks.emplace_back(new uint8_t[static_cast<size_t>(std::max<int64_t>(bytes, 1))]);
-      uint8_t* p = blocks.back().get();
-      if (i == kSrc || i == kDst) {
-        for (int64_t k = 0; k < bytes / 4; ++k) reinterpret_cast<int32_t*>(p)[k] = static_cast<int32_t>(r.Range(-2, P + 1));
-      } else {
-        FillInput(r, i == kB ? kBeta : i == kDecay && !raw_gate ? kG : kQuery, t[i], p, bytes, r.U8() < 32);
-      }
-      t[i].data = p;
+      mem.Input(r, &t[i], i == kB ? kBeta : i == kDecay && !(form & 16) ? kG : kQuery, P);
     }
   }
-  // The pool: P slots of `slot` elements, `stride` apart (a stride it
-  // refuses gets dense memory), values in [-0.25, 0.25].
-  const int64_t stride = opt.state_slot_stride >= slot ? opt.state_slot_stride : slot;
-  const int64_t pool_elems = P > 0 ? (P - 1) * stride + slot : 0;
-  const int64_t pool_bytes = pool_elems * static_cast<int64_t>(DTypeSize(pdt));
-  if (pool_bytes > kMaxRealBytes) return;
-  Guarded pool(static_cast<size_t>(pool_bytes), 4);
-  for (int64_t i = 0; i < pool_elems; ++i) StoreFromF32(pool.data(), pdt, i, static_cast<float>((i * 29) % 17 - 8) / 32.0f);
-  const std::vector<uint8_t> before(static_cast<uint8_t*>(pool.data()), static_cast<uint8_t*>(pool.data()) + pool_bytes);
+  const PoolMemory pool(P, slot, opt.state_slot_stride, pdt);
+  if (!pool.mem) return;
 
   DecodeInputs in;
   in.query = t[kQ];
   in.key = t[kK];
   in.value = t[kV];
   in.beta = t[kB];
-  if (has_decay && !raw_gate) in.g = t[kDecay];
-  if (has_decay && raw_gate) {
-    in.a = t[kDecay];
-    if (!(form & 32)) in.A_log = t[kALogT];
-    if (!(form & 64)) in.dt_bias = t[kDtBiasT];
-  }
-  in.state_pool = TensorView(pool.data(), pdt, {P, Nv, kv ? Dk : Dv, kv ? Dv : Dk});
+  SetDecay(form, 3, DecayViews{t[kDecay], t[kALogT], t[kDtBiasT]}, &in);
+  in.state_pool = TensorView(pool.mem->data(), pdt, {P, Nv, kv ? Dk : Dv, kv ? Dv : Dk});
   in.state_indices = t[kSrc];
   if (to_slots) in.dst_indices = t[kDst];
   DecodeOutputs out{t[kOutT]};
   if (to_states) out.states = t[kStates];
-  if (!real) opt.check_values = false;
+  if (!mem.real) opt.check_values = false;
 
   DecodeProblem dp;
   const Status vs = ValidateDecode(in, out, opt, &dp);
   if (!vs.ok()) CheckError(vs, "ValidateDecode (verify)");
-  if (!real) return;
+  if (!mem.real) return;
   const Status s = DecodeStep(in, out, opt);
   FUZZ_CHECK(vs.ok() == s.ok(), "DecodeStep disagrees with ValidateDecode (verify): " + s.message());
-  FUZZ_CHECK(pool.GuardsIntact(), "verify wrote outside the pool");
-  for (int i : {kOutT, kStates}) FUZZ_CHECK(!guarded[i] || guarded[i]->GuardsIntact(), "verify wrote outside out or states");
-  const auto* now = static_cast<const uint8_t*>(pool.data());
+  FUZZ_CHECK(mem.GuardsIntact(), "verify wrote outside out or states");
   if (!s.ok()) {
-    FUZZ_CHECK(std::equal(before.begin(), before.end(), now), "a rejected verify call wrote the pool");
-    for (int i : {kOutT, kStates}) FUZZ_CHECK(!guarded[i] || guarded[i]->PayloadUntouched(), "a rejected verify call wrote");
+    FUZZ_CHECK(pool.Untouched() && mem.Untouched(), "a rejected verify call wrote");
     return;
   }
-  // Accepted: bytes change only inside slots the call may write.
-  const std::vector<bool> writable = WritableSlots(in, dp.N, dp.K, P);
-  const int64_t esize = static_cast<int64_t>(DTypeSize(pdt));
-  for (int64_t b = 0; b < pool_bytes; ++b) {
-    if (now[b] == before[static_cast<size_t>(b)]) continue;
-    const int64_t e = b / esize, sl = e / stride;
-    FUZZ_CHECK(e % stride < slot, "verify wrote the memory between two pool slots");
-    FUZZ_CHECK(writable[static_cast<size_t>(sl)], "verify wrote pool slot " + std::to_string(sl) + ", which no row may write");
-  }
+  pool.CheckWrites(VerifyWritableSlots(in, dp.N, dp.K, P), "verify");
   // (Decode does not scan its outputs, docs/SPEC.md 6b: finite inputs of
   // huge magnitude may give non-finite ones.)
 }
 
+// Prefill on a pool: sequence b reads slot state_indices[b] of initial_state
+// and writes its final state there (final_state the same pool, or another
+// one), or starts from zeros and writes nothing (a negative index); with
+// checkpoint_every = E, the states after every E tokens into
+// checkpoint_states.
+void FuzzPrefillPools(ByteReader& r) {
+  const int64_t Nk = r.Range(1, 2), Nv = Nk * r.Range(1, 2);
+  const int64_t Dk = r.Pick<int64_t>({1, 5, 16, 33, 64}), Dv = r.Pick<int64_t>({1, 7, 16});
+  const int64_t B = r.Pick<int64_t>({1, 2, 3, 1, 2, 3, 0}), P = r.Range(0, 5);
+  std::vector<int32_t> lens;
+  int64_t T = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    lens.push_back(static_cast<int32_t>(r.Range(0, 9)));
+    T += lens.back();
+  }
+  const DType dt = r.Pick<DType>({DType::kF32, DType::kF16, DType::kBF16});
+  const DType initial_dt = r.Pick<DType>({DType::kF32, DType::kF16, DType::kBF16});
+  Options opt = MutateOptions(r, Options{});
+  const bool kv = opt.state_layout == StateLayout::kKV;
+  // Bits 0-1: final_state none, the same pool (in place), another pool, or
+  // the pool's memory seen with another dtype of its size (i32 for f32, f16
+  // as bf16: an error either way, of dtype or of overlap); 2: a decay per key
+  // channel; 3-6: SetDecay's; 7: no initial_state.
+  const uint8_t form = r.U8();
+  const int final_form = form & 3;
+  const bool per_channel = form & 4, has_initial = !(form & 128);
+  const DType sdt = has_initial ? initial_dt : dt;  // a final state alone takes query's dtype (docs/SPEC.md 2)
+  const int64_t slot = Nv * Dk * Dv;
+  opt.state_slot_stride = r.Pick<int64_t>({0, 0, slot, slot + 3, slot - 1});
+  opt.checkpoint_every = r.Pick<int64_t>({0, 0, 1, 2, 3, 16, -1});
+  const bool give_checkpoints = (opt.checkpoint_every > 0) != (r.U8() < 16);  // sometimes the wrong way round
+  if (opt.threads > 2 && opt.threads <= 4096) opt.threads = 2;
+  int64_t rows = 0;
+  for (int32_t l : lens) rows += opt.checkpoint_every > 0 ? l / opt.checkpoint_every : 0;
+
+  enum { kQ, kK, kV, kB, kDecay, kALogT, kDtBiasT, kIdx, kOutT, kCkpt, kLens, kCount };  // seq_lens unedited, last
+  const DecayViews d = MakeDecayViews({T}, Nv, Dk, per_channel, dt);
+  const std::vector<int64_t> state_row{Nv, kv ? Dk : Dv, kv ? Dv : Dk};
+  TensorView t[kCount] = {TensorView(nullptr, dt, {T, Nk, Dk}),
+                          TensorView(nullptr, dt, {T, Nk, Dk}),
+                          TensorView(nullptr, dt, {T, Nv, Dv}),
+                          TensorView(nullptr, dt, {T, Nv}),
+                          d.decay,
+                          d.a_log,
+                          d.dt_bias,
+                          TensorView(nullptr, DType::kI32, {B}),
+                          TensorView(nullptr, dt, {T, Nv, Dv}),
+                          TensorView(nullptr, r.Bool() ? DType::kF32 : sdt, {rows, Nv, state_row[1], state_row[2]}),
+                          TensorView(nullptr, DType::kI32, {B})};
+  EditViews(r, t, kCount - 1);
+  RealTensors mem;
+  for (int i = 0; i < kCount; ++i) {
+    if (i == kOutT || i == kCkpt) {
+      mem.Output(&t[i]);
+    } else if (i == kLens) {
+      t[i].data = lens.empty() ? static_cast<void*>(&T) : lens.data();  // (B = 0: any non-null pointer)
+    } else {
+      mem.Input(r, &t[i], i == kB ? kBeta : i == kDecay && !(form & 8) ? kG : kQuery, P);
+    }
+  }
+  const PoolMemory pool(P, slot, opt.state_slot_stride, sdt);
+  const PoolMemory other(final_form == 2 ? P : 0, slot, opt.state_slot_stride, sdt);
+  if (!pool.mem || !other.mem) return;
+
+  Inputs in{t[kQ], t[kK], t[kV], t[kB], TensorView(), TensorView(), t[kLens]};
+  SetDecay(form, 3, DecayViews{t[kDecay], t[kALogT], t[kDtBiasT]}, &in);
+  const TensorView pool_view(pool.mem->data(), sdt, {P, Nv, state_row[1], state_row[2]});
+  if (has_initial) in.initial_state = pool_view;
+  in.state_indices = t[kIdx];
+  Outputs out;
+  out.out = t[kOutT];
+  if (final_form == 1) out.final_state = pool_view;
+  if (final_form == 2) out.final_state = TensorView(other.mem->data(), sdt, {P, Nv, state_row[1], state_row[2]});
+  if (final_form == 3) {
+    out.final_state = pool_view;
+    out.final_state.dtype = sdt == DType::kF32 ? DType::kI32 : sdt == DType::kF16 ? DType::kBF16 : DType::kF16;
+  }
+  if (give_checkpoints) out.checkpoint_states = t[kCkpt];
+  if (!mem.real) opt.check_values = false;
+
+  Problem p;
+  const Status vs = Validate(in, out, opt, &p);
+  if (!vs.ok()) CheckError(vs, "Validate (pools)");
+  if (!mem.real) return;
+  const Status s = Run(in, out, opt);
+  FUZZ_CHECK(vs.ok() == s.ok() || (vs.ok() && opt.check_values), "Run disagrees with Validate (pools): " + s.message());
+  FUZZ_CHECK(mem.GuardsIntact(), "a prefill on pools wrote outside out or checkpoint_states");
+  if (!vs.ok()) {
+    FUZZ_CHECK(s.message() == vs.message(), "Run's error differs from Validate's: " + s.message());
+    FUZZ_CHECK(pool.Untouched() && other.Untouched() && mem.Untouched(), "a rejected prefill on pools wrote");
+    return;
+  }
+  if (!s.ok()) return;  // check_values found a non-finite output (docs/SPEC.md 3): outputs written, invalid
+  // Accepted: only the slots of sequences with a non-negative index change,
+  // in the pool final_state names.
+  std::vector<bool> writable(static_cast<size_t>(P), false);
+  const auto* idx = static_cast<const int32_t*>(in.state_indices.data);
+  for (int64_t b = 0; b < p.B; ++b) {
+    if (idx[b] >= 0 && idx[b] < P) writable[static_cast<size_t>(idx[b])] = true;  // (no pool: no bound)
+  }
+  const std::vector<bool> none(static_cast<size_t>(P), false);
+  pool.CheckWrites(final_form == 1 ? writable : none, "a prefill on pools");
+  other.CheckWrites(final_form == 2 ? writable : none, "a prefill on pools");
+  if (opt.check_values) FUZZ_CHECK(AllFinite(out.out), "check_values prefill returned a non-finite out");
+}
+
+}  // namespace
+
 int FuzzApi(const uint8_t* data, size_t size) {
   ByteReader r(data, size);
-  const uint8_t entry = r.U8();  // an eighth of the inputs verify, an eighth decode, the rest prefill
+  // An eighth of the inputs verify, an eighth decode, a sixteenth prefill on
+  // pools, the rest prefill.
+  const uint8_t entry = r.U8();
   if (entry % 8 == 7) {
     FuzzVerify(r);
+  } else if (entry % 16 == 2) {
+    FuzzPrefillPools(r);
   } else if (entry % 4 == 3) {
     FuzzDecode(r);
   } else {
