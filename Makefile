@@ -4,7 +4,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 PYTHON ?= /usr/bin/python3
 
-.PHONY: setup configure build demo test test-clients test-vllm test-sanitize test-tsan test-timing bench bench-vllm compare-peers fuzz \
+.PHONY: setup configure build demo test test-clients test-vllm test-sanitize test-tsan test-timing bench bench-kda bench-vllm compare-peers fuzz \
         mutants install clean print-targets
 
 setup:
@@ -161,6 +161,21 @@ mutants: setup
 
 bench: build
 	@$(BUILD_DIR)/cgdr bench
+
+# KDA's figures on this CPU (docs/SPEC.md 10.6): Kimi Linear's layer at
+# T = 8192 against the FP32 peak measured in the same run (cgdr bench), the
+# decode step on a pool of 64 sequences against memcpy (bench_decode), and
+# cgdr.chunk_kda against fla's pure-torch naive_chunk_kda and cgdr's
+# recurrent form at T = 2048 and 8192, in one process of the clients' venv
+# (bench/compare_kda.py; scripts/clients-venv.sh makes the venv).
+# KDA_THREADS: every row's threads (unset: all CPUs).
+KDA_THREADS ?=
+KDA_THREADS_ARG = $(if $(KDA_THREADS),--threads $(KDA_THREADS))
+bench-kda: build
+	@$(BUILD_DIR)/cgdr bench --shape kimi-linear-T8192 $(KDA_THREADS_ARG)
+	@$(BUILD_DIR)/bench/bench_decode --per-channel-gate 1 --n 64 --nk 32 --nv 32 --dk 128 --dv 128 --pool f32 \
+	  $(KDA_THREADS_ARG)
+	@"$$(bash scripts/clients-venv.sh)/bin/python" bench/compare_kda.py --build-dir $(BUILD_DIR) $(KDA_THREADS_ARG)
 
 install: build
 	@cmake --install $(BUILD_DIR)
