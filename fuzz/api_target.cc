@@ -587,10 +587,11 @@ DecayViews MakeDecayViews(std::vector<int64_t> lead, int64_t Nv, int64_t Dk, boo
 
 // Bits of `form` from `bit`: no decay; the raw gate (else g); no A_log; no
 // dt_bias. Sets the call's g or a, A_log, dt_bias.
+bool RawGate(uint8_t form, int bit) { return form & (2 << bit); }
 template <class In>
 void SetDecay(uint8_t form, int bit, const DecayViews& d, In* in) {
   if (form & (1 << bit)) return;
-  if (!(form & (2 << bit))) {
+  if (!RawGate(form, bit)) {
     in->g = d.decay;
     return;
   }
@@ -651,7 +652,7 @@ void FuzzVerify(ByteReader& r) {
     if (i == kOutT || i == kStates) {
       mem.Output(&t[i]);
     } else {
-      mem.Input(r, &t[i], i == kB ? kBeta : i == kDecay && !(form & 16) ? kG : kQuery, P);
+      mem.Input(r, &t[i], i == kB ? kBeta : i == kDecay && !RawGate(form, 3) ? kG : kQuery, P);
     }
   }
   const PoolMemory pool(P, slot, opt.state_slot_stride, pdt);
@@ -743,7 +744,7 @@ void FuzzPrefillPools(ByteReader& r) {
     } else if (i == kLens) {
       t[i].data = lens.empty() ? static_cast<void*>(&T) : lens.data();  // (B = 0: any non-null pointer)
     } else {
-      mem.Input(r, &t[i], i == kB ? kBeta : i == kDecay && !(form & 8) ? kG : kQuery, P);
+      mem.Input(r, &t[i], i == kB ? kBeta : i == kDecay && !RawGate(form, 3) ? kG : kQuery, P);
     }
   }
   const PoolMemory pool(P, slot, opt.state_slot_stride, sdt);
