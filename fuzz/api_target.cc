@@ -1,6 +1,7 @@
 // Fuzz target (b): the public API with arbitrary shapes, dtypes, ranks,
-// layouts, lengths, options, null and aliased pointers. The bytes build a
-// consistent problem, then mutate it. Two kinds of backing:
+// layouts, lengths, options, null and aliased pointers. The first byte picks
+// the call (prefill, decode, verify, prefill on state pools); the rest build
+// a consistent problem, then mutate it. Two kinds of backing:
 //  - real: every tensor has exactly the bytes its shape says (separate heap
 //    blocks, so ASan sees any over-read), outputs sit in guarded buffers;
 //    Validate, MakePlan and, for small problems, Run / DecodeStep are called;
@@ -10,8 +11,9 @@
 // Checked: no crash; errors are one clear line and leave every output byte
 // untouched; accepted problems are consistent (lengths sum to T, no overlap
 // but the exact in-place state alias, head counts and widths in range); plans
-// pass CheckPlan; runs never write outside their outputs, and with
-// check_values on return finite outputs or an error.
+// pass CheckPlan; runs never write outside their outputs (nor pool slots
+// they may not write), and prefill with check_values on returns finite
+// outputs or an error.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -382,6 +384,48 @@ void FuzzPrefill(ByteReader& r) {
   if (opt.check_values) FUZZ_CHECK(AllFinite(out.out) && AllFinite(out.final_state), "check_values run returned non-finite outputs");
 }
 
+// Memory for the edited views of one call: inputs filled as FillInput fills
+// `slot` (indices in [-2, P + 1]), outputs guarded.
+struct RealTensors {
+  void Input(ByteReader& r, TensorView* t, int slot, int64_t P) {
+    const int64_t bytes = BytesOf(*t);
+    if (!Fits(t, bytes)) return;
+    blocks.emplace_back(new uint8_t[static_cast<size_t>(std::max<int64_t>(bytes, 1))]);
+    uint8_t* p = blocks.back().get();
+    if (t->dtype == DType::kI32) {
+      for (int64_t k = 0; k < bytes / 4; ++k) reinterpret_cast<int32_t*>(p)[k] = static_cast<int32_t>(r.Range(-2, P + 1));
+    } else {
+      FillInput(r, slot, *t, p, bytes, r.U8() < 32);
+    }
+    t->data = p;
+  }
+  void Output(TensorView* t) {
+    const int64_t bytes = BytesOf(*t);
+    if (!Fits(t, bytes)) return;
+    outputs.push_back(std::make_unique<Guarded>(static_cast<size_t>(bytes), 4));
+    t->data = outputs.back()->data();
+  }
+  bool GuardsIntact() const {
+    for (const auto& g : outputs) if (!g->GuardsIntact()) return false;
+    return true;
+  }
+  bool Untouched() const {
+    for (const auto& g : outputs) if (!g->PayloadUntouched()) return false;
+    return true;
+  }
+  // Too large: a placeholder, or no tensor for indices (validation reads
+  // their values once the shapes agree).
+  bool Fits(TensorView* t, int64_t bytes) {
+    if (bytes >= 0 && bytes <= kMaxRealBytes) return true;
+    t->data = t->dtype == DType::kI32 ? nullptr : Placeholder(static_cast<int>(blocks.size() + outputs.size()));
+    real = false;
+    return false;
+  }
+  std::vector<std::unique_ptr<uint8_t[]>> blocks;
+  std::vector<std::unique_ptr<Guarded>> outputs;
+  bool real = true;
+};
+
 // ---- decode: the same idea for DecodeStep's in-place pool
 
 void FuzzDecode(ByteReader& r) {
@@ -437,12 +481,10 @@ void FuzzDecode(ByteReader& r) {
   // g's place (A_log, dt_bias each left out by bits 3, 4). Unmutated, real.
   const uint8_t gate = r.U8();
   const bool has_decay = gate & 1, per_channel = gate & 2, raw_gate = gate & 4;
+  RealTensors small;  // at most 4 * 4 * 64 values each
   const auto real_input = [&](int slot, DType dtype, std::vector<int64_t> shape) {
     TensorView x(nullptr, dtype, shape);
-    const int64_t bytes = BytesOf(x);
-    blocks.emplace_back(new uint8_t[static_cast<size_t>(std::max<int64_t>(bytes, 1))]);
-    FillInput(r, slot, x, blocks.back().get(), bytes, r.U8() < 32);
-    x.data = blocks.back().get();
+    small.Input(r, &x, slot, 0);
     return x;
   };
   const int64_t per_head = per_channel ? Dk : 1;
@@ -480,7 +522,6 @@ void FuzzDecode(ByteReader& r) {
   }
 }
 
-
 // ---- the serving paths: verify (decode with a token axis, docs/SPEC.md
 // 6d.2) and prefill on state pools with checkpoints (6d.3, 6d.4). Every
 // tensor is real (a shape too large after the edits: validation only), the
@@ -517,48 +558,6 @@ struct PoolMemory {
   int64_t slot, stride, esize, bytes = 0;
   std::unique_ptr<Guarded> mem;  // null: too large to back
   std::vector<uint8_t> before;
-};
-
-// Memory for the edited views of one call: inputs filled as FillInput fills
-// `slot` (indices in [-2, P + 1]), outputs guarded.
-struct RealTensors {
-  void Input(ByteReader& r, TensorView* t, int slot, int64_t P) {
-    const int64_t bytes = BytesOf(*t);
-    if (!Fits(t, bytes)) return;
-    blocks.emplace_back(new uint8_t[static_cast<size_t>(std::max<int64_t>(bytes, 1))]);
-    uint8_t* p = blocks.back().get();
-    if (t->dtype == DType::kI32) {
-      for (int64_t k = 0; k < bytes / 4; ++k) reinterpret_cast<int32_t*>(p)[k] = static_cast<int32_t>(r.Range(-2, P + 1));
-    } else {
-      FillInput(r, slot, *t, p, bytes, r.U8() < 32);
-    }
-    t->data = p;
-  }
-  void Output(TensorView* t) {
-    const int64_t bytes = BytesOf(*t);
-    if (!Fits(t, bytes)) return;
-    outputs.push_back(std::make_unique<Guarded>(static_cast<size_t>(bytes), 4));
-    t->data = outputs.back()->data();
-  }
-  bool GuardsIntact() const {
-    for (const auto& g : outputs) if (!g->GuardsIntact()) return false;
-    return true;
-  }
-  bool Untouched() const {
-    for (const auto& g : outputs) if (!g->PayloadUntouched()) return false;
-    return true;
-  }
-  // Too large: a placeholder, or no tensor for indices (validation reads
-  // their values once the shapes agree).
-  bool Fits(TensorView* t, int64_t bytes) {
-    if (bytes >= 0 && bytes <= kMaxRealBytes) return true;
-    t->data = t->dtype == DType::kI32 ? nullptr : Placeholder(static_cast<int>(blocks.size() + outputs.size()));
-    real = false;
-    return false;
-  }
-  std::vector<std::unique_ptr<uint8_t[]>> blocks;
-  std::vector<std::unique_ptr<Guarded>> outputs;
-  bool real = true;
 };
 
 // 0 .. 2 edits of one of the views: dtype, rank or a dimension.
