@@ -18,14 +18,10 @@ start=$(date +%s)
 # The venv is rebuilt only when what it should hold changes (this stamp).
 pins=$(sha256sum python/requirements-clients.txt | cut -c1-16)
 stamp="$TORCH $pins py$(/usr/bin/python3 -c 'import sys; print(sys.version_info[:2])')"
-if venv_is_current "$VENV" "$stamp"; then
-  echo "clients-venv: reusing $VENV" >&2
-else
-  echo "clients-venv: creating $VENV" >&2
-  venv_create "$VENV" >&2
-  venv_install_torch "$VENV" "$TORCH" "$OUT/torch-deps.txt" >&2
-  "$VENV/bin/pip" install -q -r python/requirements-clients.txt >&2
-  echo "$stamp" >"$VENV/.cgdr-stamp"
-fi
+install_clients() {
+  venv_install_torch "$1" "$TORCH" "$OUT/torch-deps.txt"
+  "$1/bin/pip" install -q -r python/requirements-clients.txt
+}
+venv_ensure clients-venv "$VENV" "$stamp" install_clients
 echo "clients-venv: ready in $(( $(date +%s) - start )) s" >&2
 echo "$VENV"

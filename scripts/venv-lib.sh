@@ -10,6 +10,21 @@ venv_is_current() {
   [ -x "$1/bin/python" ] && [ "$(cat "$1/.cgdr-stamp" 2>/dev/null)" = "$2" ]
 }
 
+# venv_ensure NAME VENV STAMP INSTALL: reuses VENV where it was made for
+# STAMP; else makes it afresh, runs the function INSTALL with VENV as its
+# argument, and stamps it. Messages go to stderr, naming NAME.
+venv_ensure() {
+  local name=$1 venv=$2 stamp=$3 install=$4
+  if venv_is_current "$venv" "$stamp"; then
+    echo "$name: reusing $venv" >&2
+  else
+    echo "$name: creating $venv" >&2
+    venv_create "$venv" >&2
+    "$install" "$venv" >&2
+    echo "$stamp" >"$venv/.cgdr-stamp"
+  fi
+}
+
 # venv_create VENV: a fresh venv from Debian's Python, with a current pip.
 venv_create() {
   rm -rf "$1"

