@@ -426,6 +426,19 @@ struct RealTensors {
   bool real = true;
 };
 
+// 0 .. 2 edits of one of the views: dtype, rank or a dimension.
+void EditViews(ByteReader& r, TensorView* t, int count) {
+  const int edits = r.U8() % 3;
+  for (int e = 0; e < edits; ++e) {
+    TensorView& m = t[r.U8() % count];
+    switch (r.U8() % 3) {
+      case 0: m.dtype = AnyDType(r); break;
+      case 1: m.rank = r.Pick<int>({0, 1, 2, 3, 4, 5}); break;
+      default: m.shape[r.U8() % TensorView::kMaxRank] = Dim(r); break;
+    }
+  }
+}
+
 // ---- decode: the same idea for DecodeStep's in-place pool
 
 void FuzzDecode(ByteReader& r) {
@@ -441,15 +454,7 @@ void FuzzDecode(ByteReader& r) {
                      TensorView(nullptr, DType::kF32, {N, Nv}),
                      TensorView(nullptr, pdt, {P, Nv, kv ? Dk : Dv, kv ? Dv : Dk}),
                      TensorView(nullptr, DType::kI32, {N}), TensorView(nullptr, dt, {N, Nv, Dv})};
-  const int edits = r.U8() % 3;
-  for (int e = 0; e < edits; ++e) {
-    TensorView& m = t[r.U8() % 8];
-    switch (r.U8() % 3) {
-      case 0: m.dtype = AnyDType(r); break;
-      case 1: m.rank = r.Pick<int>({0, 1, 2, 3, 4, 5}); break;
-      default: m.shape[r.U8() % TensorView::kMaxRank] = Dim(r); break;
-    }
-  }
+  EditViews(r, t, 8);
   std::vector<std::unique_ptr<uint8_t[]>> blocks;
   std::unique_ptr<Guarded> pool = std::make_unique<Guarded>(0, 0), out = std::make_unique<Guarded>(0, 0);
   bool real = true;
@@ -559,19 +564,6 @@ struct PoolMemory {
   std::unique_ptr<Guarded> mem;  // null: too large to back
   std::vector<uint8_t> before;
 };
-
-// 0 .. 2 edits of one of the views: dtype, rank or a dimension.
-void EditViews(ByteReader& r, TensorView* t, int count) {
-  const int edits = r.U8() % 3;
-  for (int e = 0; e < edits; ++e) {
-    TensorView& m = t[r.U8() % count];
-    switch (r.U8() % 3) {
-      case 0: m.dtype = AnyDType(r); break;
-      case 1: m.rank = r.Pick<int>({0, 1, 2, 3, 4, 5}); break;
-      default: m.shape[r.U8() % TensorView::kMaxRank] = Dim(r); break;
-    }
-  }
-}
 
 // The decay's views: g or a [lead..., Nv] (or [lead..., Nv, Dk] per key
 // channel, KDA), A_log [Nv], dt_bias [Nv] (or [Nv * Dk]).
