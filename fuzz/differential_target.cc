@@ -207,7 +207,7 @@ Case FastCase(const CaseSpec& spec) {
     c.g = alloc(T * spec.Nv * per_head, spec.g_dtype);
     FillUniform(c.g, spec.g_dtype, spec.g_min, 0.0, rng);
   }
-  if (spec.raw_gate) {  // a + dt_bias in [-4, 0.5]: decays from ~0.98 to ~0.03 a token at A_log = 0.5
+  if (spec.raw_gate) {  // a + dt_bias in [-4, 0.5], A_log in [-1, 0.5]: decays of 0.2-0.993 a token (bound -5: to e^-5)
     c.a = alloc(T * spec.Nv * per_head, spec.g_dtype);
     c.A_log = alloc(spec.Nv, spec.gate_param_dtype);
     c.dt_bias = alloc(spec.Nv * per_head, spec.gate_param_dtype);
