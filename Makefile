@@ -126,7 +126,7 @@ test-timing: setup
 FUZZ_SECONDS ?= 60
 FUZZ_RUNS ?=
 FUZZ_TIMEOUT ?= 30
-FUZZ_TARGETS ?= safetensors api differential tensor_files
+FUZZ_TARGETS ?= safetensors api differential decode_differential tensor_files
 FUZZ_LENGTH = $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS),-max_total_time=$(FUZZ_SECONDS))
 fuzz: setup
 	@CC=clang CXX=clang++ cmake -S . -B build-fuzz $(SANITIZER_BUILD) -DCGDR_FUZZ=ON -DCGDR_SANITIZE=ON -DCGDR_PYTHON=OFF -DCGDR_BENCH=OFF >/dev/null

@@ -19,5 +19,8 @@ int FuzzDifferential(const uint8_t* data, size_t size);
 // (d) The .npy reader (in memory and from a file, which must agree) and the
 // .bin manifest reader: issue 19's rules for the other case kinds.
 int FuzzTensorFiles(const uint8_t* data, size_t size);
+// (e) Small valid decode calls (DecodeStep, token axis, pools): against the
+// FP64 reference of the same tokens as a prefill.
+int FuzzDecodeDifferential(const uint8_t* data, size_t size);
 
 }  // namespace cgdr::fuzz

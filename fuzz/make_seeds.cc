@@ -8,7 +8,7 @@
 // files of every dtype, manifests naming q.bin and e.bin, and the hostile
 // shapes (a header shorter than its preamble read, deep nesting, invalid
 // UTF-8, names with control bytes);
-// api, differential: byte strings from a fixed seed (every byte string is a
+// api, differential, decode_differential: byte strings from a fixed seed (every byte string is a
 // valid input for those targets; these spread over their choices).
 //   fuzz_make_seeds --large DIR
 // writes DIR/safetensors: the hostile shapes of issue 19 at a size where
@@ -201,10 +201,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path root = argv[1];
-  for (const char* d : {"safetensors", "api", "differential", "tensor_files"}) fs::create_directories(root / d);
+  for (const char* d : {"safetensors", "api", "differential", "decode_differential", "tensor_files"}) fs::create_directories(root / d);
   SafetensorsSeeds(root / "safetensors");
   TensorFilesSeeds(root / "tensor_files");
   RandomSeeds(root / "api", 40, 11);
   RandomSeeds(root / "differential", 30, 12);
+  RandomSeeds(root / "decode_differential", 30, 13);
   return 0;
 }

@@ -5,6 +5,7 @@
 if(TARGET fuzz_replay_test)
   target_sources(fuzz_replay_test PRIVATE ${PROJECT_SOURCE_DIR}/fuzz/safetensors_target.cc
                  ${PROJECT_SOURCE_DIR}/fuzz/api_target.cc ${PROJECT_SOURCE_DIR}/fuzz/differential_target.cc
+                 ${PROJECT_SOURCE_DIR}/fuzz/decode_differential_target.cc ${PROJECT_SOURCE_DIR}/fuzz/fast_case.cc
                  ${PROJECT_SOURCE_DIR}/fuzz/tensor_files_target.cc)
   target_include_directories(fuzz_replay_test PRIVATE ${PROJECT_SOURCE_DIR}/fuzz)
   target_compile_definitions(fuzz_replay_test PRIVATE CGDR_FUZZ_CORPUS="${PROJECT_SOURCE_DIR}/fuzz/corpus")

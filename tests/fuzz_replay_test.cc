@@ -43,6 +43,7 @@ size_t Replay(const char* target, int (*entry)(const uint8_t*, size_t)) {
 TEST(FuzzReplay, Safetensors) { EXPECT_GE(Replay("safetensors", FuzzSafetensors), 20u); }
 TEST(FuzzReplay, Api) { EXPECT_GE(Replay("api", FuzzApi), 20u); }
 TEST(FuzzReplay, Differential) { EXPECT_GE(Replay("differential", FuzzDifferential), 20u); }
+TEST(FuzzReplay, DecodeDifferential) { EXPECT_GE(Replay("decode_differential", FuzzDecodeDifferential), 20u); }
 TEST(FuzzReplay, TensorFiles) { EXPECT_GE(Replay("tensor_files", FuzzTensorFiles), 10u); }
 
 // Inputs of every length up to 64 bytes, all zeros and all ones: the targets
@@ -54,6 +55,7 @@ TEST(FuzzReplay, ShortAndUniformInputs) {
       EXPECT_EQ(FuzzSafetensors(bytes.data(), n), 0);
       EXPECT_EQ(FuzzApi(bytes.data(), n), 0);
       EXPECT_EQ(FuzzDifferential(bytes.data(), n), 0);
+      EXPECT_EQ(FuzzDecodeDifferential(bytes.data(), n), 0);
       EXPECT_EQ(FuzzTensorFiles(bytes.data(), n), 0);
     }
   }

@@ -70,6 +70,14 @@ MUTANTS = [
     Mutant("decode-g-ignored", "src/decode/decode.cc",
            "sc.decay[j] = p.has_g ? LoadAsF32(in.g.data, p.g_dtype, (n * K + j) * Nv + h)",
            "sc.decay[j] = false ? LoadAsF32(in.g.data, p.g_dtype, (n * K + j) * Nv + h)", CONF + "|Decode"),
+    # KDA's per-channel gate in decode: each head's own dt_bias row, each token's own gates
+    # (tests/decode_kda_test.cc, and fuzz/corpus/decode_differential replayed by fuzz_replay_test)
+    Mutant("decode-kda-dt_bias-of-head-0", "src/decode/decode.cc",
+           "LoadRowAsF32(in.dt_bias.data, in.dt_bias.dtype, h * Dk, Dk, sc.bias);",
+           "LoadRowAsF32(in.dt_bias.data, in.dt_bias.dtype, 0, Dk, sc.bias);", "DecodeKda|FuzzReplay"),
+    Mutant("decode-kda-gate-of-first-token", "src/decode/decode.cc",
+           "const int64_t at = ((n * K + j) * Nv + h) * Dk;",
+           "const int64_t at = ((n * K) * Nv + h) * Dk;", "DecodeKda|FuzzReplay"),
     # ---- src/io: the readers and writers
     Mutant("io-header-limit", "src/io/safetensors.cc",
            "if (n > kMaxSafetensorsHeaderBytes)", "if (n > kMaxSafetensorsHeaderBytes + 1)", CONF),
