@@ -238,20 +238,21 @@ int FuzzDecodeDifferential(const uint8_t* data, size_t size) {
   in.a = Rows(prefill.a, d);
   in.A_log = prefill.A_log;
   in.dt_bias = prefill.dt_bias;
-  static uint8_t empty[16];  // zero-size tensors keep a non-null pointer
-  in.state_pool = TensorView(pool.bytes.empty() ? empty : pool.bytes.data(), s.state_dtype,
-                             {pool.P, state_dims[0], state_dims[1], state_dims[2]});
-  in.state_indices = TensorView(pool.src.empty() ? static_cast<void*>(empty) : pool.src.data(), DType::kI32, {d.N});
-  if (d.dest == Dest::kSlots) in.dst_indices = TensorView(pool.dst.empty() ? static_cast<void*>(empty) : pool.dst.data(), DType::kI32, {d.N, d.K});
+  const auto storage = [](auto& v) -> void* {  // zero-size tensors keep a non-null pointer
+    static uint8_t empty[16];
+    return v.empty() ? static_cast<void*>(empty) : v.data();
+  };
+  in.state_pool = TensorView(storage(pool.bytes), s.state_dtype, {pool.P, state_dims[0], state_dims[1], state_dims[2]});
+  in.state_indices = TensorView(storage(pool.src), DType::kI32, {d.N});
+  if (d.dest == Dest::kSlots) in.dst_indices = TensorView(storage(pool.dst), DType::kI32, {d.N, d.K});
   const int64_t out_row = s.Nv * s.Dv;
   Bytes out(static_cast<size_t>(d.N * d.K * out_row) * DTypeSize(s.dtype), 0xA5);
   Bytes states(d.dest == Dest::kDense ? static_cast<size_t>(d.N * d.K) * pool.SlotBytes() : 0, 0xA5);
   DecodeOutputs o;
-  o.out = d.token_axis ? TensorView(out.empty() ? empty : out.data(), s.dtype, {d.N, d.K, s.Nv, s.Dv})
-                       : TensorView(out.empty() ? empty : out.data(), s.dtype, {d.N, s.Nv, s.Dv});
+  o.out = d.token_axis ? TensorView(storage(out), s.dtype, {d.N, d.K, s.Nv, s.Dv})
+                       : TensorView(storage(out), s.dtype, {d.N, s.Nv, s.Dv});
   if (d.dest == Dest::kDense) {
-    o.states = TensorView(states.empty() ? empty : states.data(), s.state_dtype,
-                          {d.N * d.K, state_dims[0], state_dims[1], state_dims[2]});
+    o.states = TensorView(storage(states), s.state_dtype, {d.N * d.K, state_dims[0], state_dims[1], state_dims[2]});
   }
   Options opt = d.opt;
   opt.state_slot_stride = d.gap == 0 ? 0 : pool.stride;
@@ -287,19 +288,15 @@ int FuzzDecodeDifferential(const uint8_t* data, size_t size) {
     for (int64_t j = 0; j < d.K; ++j) {
       const int64_t t = n * d.K + j;
       const uint8_t* out_t = out.data() + t * out_row_bytes;
-      const uint8_t* state_t = nullptr;  // where token t's state went, if anywhere
-      if (d.dest == Dest::kDense) {
-        state_t = states.data() + t * pool.SlotBytes();
-        if (!running) FUZZ_CHECK(AllZero(state_t, pool.SlotBytes(), s.state_dtype), "skipped row's states not 0 | " + what);
-      } else if (running && d.dest == Dest::kSlots && pool.dst[t] >= 0) {
-        state_t = pool.bytes.data() + pool.Offset(pool.dst[t]);
-      } else if (running && d.dest == Dest::kInPlace && j == d.K - 1) {
-        state_t = pool.bytes.data() + pool.Offset(pool.src[n]);
-      }
+      const uint8_t* dense_t = d.dest == Dest::kDense ? states.data() + t * pool.SlotBytes() : nullptr;
       if (!running) {
         FUZZ_CHECK(AllZero(out_t, out_row_bytes, s.dtype), "skipped row's out not 0 | " + what);
+        if (dense_t) FUZZ_CHECK(AllZero(dense_t, pool.SlotBytes(), s.state_dtype), "skipped row's states not 0 | " + what);
         continue;
       }
+      const uint8_t* state_t = dense_t;  // where token t's state went, if anywhere
+      if (d.dest == Dest::kSlots && pool.dst[t] >= 0) state_t = pool.bytes.data() + pool.Offset(pool.dst[t]);
+      if (d.dest == Dest::kInPlace && j == d.K - 1) state_t = pool.bytes.data() + pool.Offset(pool.src[n]);
       Gather(&outs, out_t, s.dtype, ref.out.data() + t * out_row, fp32.out.data() + t * out_row, out_row);
       if (!state_t) continue;
       Gather(&written, state_t, s.state_dtype, ref.checkpoint_states.data() + t * pool.slot,

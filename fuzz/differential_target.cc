@@ -7,7 +7,6 @@
 // best, or any lower one this CPU runs); cgdr::Run must accept it and agree with
 // the FP64 reference within the SPEC 6 limits, out and final_state alike.
 #include <algorithm>
-#include <cmath>
 #include <sstream>
 #include <string>
 #include <vector>

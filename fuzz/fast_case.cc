@@ -66,8 +66,7 @@ float LogDecay(const Inputs& in, const Problem& p, int64_t t, int64_t h, int64_t
 }  // namespace
 
 DispatchCap::DispatchCap(ByteReader& r, int lowest_in_256) {
-  std::vector<int64_t> targets;  // best first
-  for (int64_t left = UsableTargets(); left != 0; left &= left - 1) targets.push_back(left & -left);
+  const std::vector<std::string> targets = UsableTargetNames();  // best first
   if (targets.empty()) return;
   const int b = r.U8();
   const size_t n = targets.size();
@@ -75,9 +74,9 @@ DispatchCap::DispatchCap(ByteReader& r, int lowest_in_256) {
   // libFuzzer's mutations write far more often than 1 time in 256.
   const bool lowest = (b ^ 0x5A) < lowest_in_256;
   const size_t pick = n == 1 ? 0 : lowest ? n - 1 : static_cast<size_t>(b) % (n - 1);
-  name_ = hwy::TargetName(targets[pick]);
+  name_ = targets[pick];
   if (pick == 0) return;
-  DispatchNoHigherThan(targets[pick]);
+  DispatchNoHigherThan(UsableTargetNamed(name_));
   capped_ = true;
 }
 
