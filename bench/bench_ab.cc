@@ -4,8 +4,9 @@
 // (docs/SPEC.md 10.6, AMD EPYC Zen 3), more than most changes worth
 // measuring, so runs in separate processes cannot tell them apart; the two
 // calls of a pair run within a second of each other and see the same
-// neighbour (which of the two runs first alternates). A variant sets options (the planner then decides the rest) and
-// may override the plan's own hints afterwards (the plan is checked again).
+// neighbour (which of the two runs first alternates). A variant sets options
+// (the planner then decides the rest) and may override the plan's own hints
+// afterwards (the plan is checked again).
 //
 //   bench_ab [--shape kda|qwen3-next] [--t T] [--threads N] [--reps N] A B
 //   A, B: "plan" (the plan as made) or comma-separated settings:
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,12 +53,14 @@ int PositiveInt(const std::string& flag, const char* v) {
 struct Variant {
   std::string text;
   cgdr::Options options;
-  int prefetch_into_l1 = -1;  // -1: as planned
-  int stream_out = -1;
+  std::optional<bool> prefetch_into_l1;  // empty: as planned
+  std::optional<bool> stream_out;
 };
 
 Variant ParseVariant(const std::string& text, const cgdr::Options& base) {
-  Variant v{text, base};
+  Variant v;
+  v.text = text;
+  v.options = base;
   if (text == "plan") return v;
   size_t at = 0;
   while (at <= text.size()) {
@@ -89,19 +93,25 @@ Variant ParseVariant(const std::string& text, const cgdr::Options& base) {
   return v;
 }
 
-// The shapes of `cgdr bench`'s rows of the same names (tools/cli/bench_rows.cc).
+// The shapes and dtypes of `cgdr bench`'s rows of the same names
+// (tools/cli/bench_rows.cc, which this single-file tool cannot link): the
+// flagship in f16 with an f16 state (kBenchDType), Kimi Linear's KDA layer in
+// bf16 with an f32 state and per-channel g in [-1, 0].
 cgdr::CaseSpec Shape(const std::string& name, int64_t T) {
   cgdr::CaseSpec s;
   s.Nk = 16;
   s.Nv = 32;
   s.Dk = s.Dv = 128;
   s.lens = {static_cast<int32_t>(T)};
-  s.dtype = cgdr::DType::kBF16;
-  if (name == "kda") {
+  if (name == "qwen3-next") {
+    s.dtype = s.state_dtype = cgdr::DType::kF16;
+  } else if (name == "kda") {
     s.Nk = 32;
+    s.dtype = cgdr::DType::kBF16;
+    s.state_dtype = cgdr::DType::kF32;
     s.per_channel_gate = true;
     s.g_min = -1.0f;
-  } else if (name != "qwen3-next") {
+  } else {
     Usage("--shape expects kda or qwen3-next, got '" + name + "'");
   }
   return s;
@@ -162,8 +172,8 @@ int main(int argc, char** argv) {
     cgdr::Problem problem;
     cgdr::Status s = cgdr::Validate(in, out, var[v].options, &problem);
     if (s.ok()) s = cgdr::MakePlan(problem, cgdr::DefaultProfile(), &plan[v]);
-    if (s.ok() && var[v].prefetch_into_l1 >= 0) plan[v].prefetch_into_l1 = var[v].prefetch_into_l1 == 1;
-    if (s.ok() && var[v].stream_out >= 0) plan[v].stream_out = var[v].stream_out == 1;
+    if (s.ok()) plan[v].prefetch_into_l1 = var[v].prefetch_into_l1.value_or(plan[v].prefetch_into_l1);
+    if (s.ok()) plan[v].stream_out = var[v].stream_out.value_or(plan[v].stream_out);
     if (s.ok()) s = cgdr::CheckPlan(plan[v]);
     if (!s.ok()) Usage("variant '" + var[v].text + "': " + s.message());
   }
